@@ -1,0 +1,126 @@
+//! Modules (loaded code objects) and the kernels in them.
+
+use std::ffi::CString;
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::driver::{FunctionAttributes, RawFunction, RawModule};
+use crate::error::{Error, Result, ResultExt};
+
+/// A loaded code object (AMD) or cubin (NVIDIA).
+///
+/// Cheap to clone. Functions taken from it keep it loaded; when the last handle goes, the device
+/// is synchronized before the module is unloaded, so no queued launch can outlive its code.
+#[derive(Clone)]
+pub struct Module {
+    inner: Arc<ModuleInner>,
+}
+
+struct ModuleInner {
+    device: Device,
+    raw: RawModule,
+}
+
+impl Module {
+    pub(crate) fn load(device: Device, image: &[u8]) -> Result<Module> {
+        if image.is_empty() {
+            return Err(Error::invalid("Module::load", "the code-object image is empty"));
+        }
+        device.make_current()?;
+        let raw = device
+            .driver()
+            .module_load_data(image)
+            .context(|| format!("loading a {}-byte module on device {}", image.len(), device.ordinal()))?;
+        Ok(Module {
+            inner: Arc::new(ModuleInner { device, raw }),
+        })
+    }
+
+    /// The device the module is loaded on.
+    pub fn device(&self) -> Device {
+        self.inner.device
+    }
+
+    /// The kernel called `name` (its `extern "C"` symbol name).
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let cname = CString::new(name)
+            .map_err(|_| Error::invalid("Module::function", "the name contains a NUL byte"))?;
+        let device = self.inner.device;
+        device.make_current()?;
+        // SAFETY: the module is alive while `self` is.
+        let raw = unsafe { device.driver().module_get_function(self.inner.raw, &cname) }
+            .context(|| format!("looking up kernel `{name}`"))?;
+        // SAFETY: `raw` was just obtained from the live module.
+        let attributes = unsafe { device.driver().function_attributes(raw) }
+            .context(|| format!("reading the attributes of kernel `{name}`"))?;
+        Ok(Function {
+            module: self.inner.clone(),
+            raw,
+            name: name.to_string(),
+            attributes,
+        })
+    }
+}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        if self.device.make_current().is_err() {
+            return;
+        }
+        let driver = self.device.driver();
+        // SAFETY: no `Function` of this module is left (they hold the Arc); synchronizing the
+        // device first guarantees no queued launch still runs its code.
+        unsafe {
+            if driver.device_synchronize().is_ok() {
+                let _ = driver.module_unload(self.raw);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("device", &self.inner.device.ordinal())
+            .finish()
+    }
+}
+
+/// A kernel in a loaded [`Module`]. Keeps its module loaded. Cheap to clone.
+#[derive(Clone)]
+pub struct Function {
+    module: Arc<ModuleInner>,
+    raw: RawFunction,
+    name: String,
+    attributes: FunctionAttributes,
+}
+
+impl Function {
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device the kernel's module is loaded on.
+    pub fn device(&self) -> Device {
+        self.module.device
+    }
+
+    /// Resource attributes (registers, shared and local memory, max threads per block).
+    pub fn attributes(&self) -> &FunctionAttributes {
+        &self.attributes
+    }
+
+    pub(crate) fn raw(&self) -> RawFunction {
+        self.raw
+    }
+}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Function")
+            .field("name", &self.name)
+            .field("attributes", &self.attributes)
+            .finish()
+    }
+}

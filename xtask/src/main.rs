@@ -1,0 +1,36 @@
+//! `cargo xtask`: the workspace's automation, run as `cargo xtask <command>`.
+//!
+//! * `bindgen`: regenerate the committed FFI bindings from the ROCm headers;
+//! * `install-rocm`: install (or find) the ROCm headers, libraries and AMDGPU clang;
+//! * `test`: the project's test command (tier 1 everywhere, tier 2 with the ROCm libraries).
+
+mod bindgen;
+mod rocm;
+mod test;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, rest) = match args.split_first() {
+        Some((c, r)) => (c.as_str(), r),
+        None => ("help", &[][..]),
+    };
+    let result = match cmd {
+        "bindgen" => bindgen::run(rest),
+        "install-rocm" => rocm::install(rest).map(|_| ()),
+        "test" => test::run(rest),
+        "help" | "--help" | "-h" => {
+            println!("usage: cargo xtask <bindgen | install-rocm | test> [args]");
+            Ok(())
+        }
+        other => Err(format!("unknown xtask command `{other}`; try `cargo xtask help`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {cmd}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
