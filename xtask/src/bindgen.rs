@@ -195,7 +195,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
     let mut stale = Vec::new();
     for spec in SPECS {
-        if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == spec.name)) {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.iter().any(|n| n == spec.name))
+        {
             continue;
         }
         let text = generate(spec, &include, &version)?;
@@ -206,8 +209,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 stale.push(spec.out);
             }
         } else {
-            std::fs::write(&out, &text)
-                .map_err(|e| format!("writing {}: {e}", out.display()))?;
+            std::fs::write(&out, &text).map_err(|e| format!("writing {}: {e}", out.display()))?;
             eprintln!("bindgen: wrote {}", spec.out);
         }
     }
@@ -409,7 +411,9 @@ fn strip_panicking_wrappers(body: &str, functions: &[String]) -> Result<String, 
     for f in functions {
         let pattern = format!("pub unsafe fn {f} (& self");
         let Some(start) = out.find(&pattern) else {
-            return Err(format!("bindgen output has no wrapper method `{f}` to strip"));
+            return Err(format!(
+                "bindgen output has no wrapper method `{f}` to strip"
+            ));
         };
         let open = start
             + out[start..]
@@ -454,7 +458,9 @@ fn rustfmt(text: &str) -> Result<String, String> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("running rustfmt: {e} (install it with `rustup component add rustfmt`)"))?;
+        .map_err(|e| {
+            format!("running rustfmt: {e} (install it with `rustup component add rustfmt`)")
+        })?;
     child
         .stdin
         .take()
@@ -483,7 +489,10 @@ mod tests {
                     pub hipInit: Result<unsafe extern \"C\" fn(flags: u32) -> hipError_t, ::libloading::Error>, \
                     pub hipFree: Result<unsafe extern \"C\" fn(ptr: *mut c_void) -> hipError_t, ::libloading::Error>,\n}\n\
                     impl Lib { pub unsafe fn other(&self) {} }";
-        assert_eq!(table_functions(body, "Lib").unwrap(), ["hipInit", "hipFree"]);
+        assert_eq!(
+            table_functions(body, "Lib").unwrap(),
+            ["hipInit", "hipFree"]
+        );
     }
 
     #[test]
@@ -493,7 +502,12 @@ mod tests {
             let mut f = spec.functions.to_vec();
             f.sort_unstable();
             f.dedup();
-            assert_eq!(f.len(), spec.functions.len(), "{}: duplicate function", spec.name);
+            assert_eq!(
+                f.len(),
+                spec.functions.len(),
+                "{}: duplicate function",
+                spec.name
+            );
         }
         assert_eq!(major_minor("6.4.43484"), "6.4");
     }

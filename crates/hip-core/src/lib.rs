@@ -58,6 +58,7 @@ pub mod launch;
 pub mod loader;
 pub mod memory;
 pub mod module;
+pub mod raw;
 pub mod rtc;
 pub mod stream;
 pub mod sys;

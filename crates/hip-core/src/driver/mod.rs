@@ -381,7 +381,11 @@ fn select_driver() -> Result<&'static dyn Driver> {
     match (amd, nvidia) {
         (Ok(d), _) => Ok(d),
         (Err(_), Ok(d)) => Ok(d),
-        (Err(e), Err(_)) => Err(e),
+        (Err(amd), Err(nvidia)) => Err(Error::NoDevice {
+            detail: format!(
+                "no GPU runtime could be loaded. AMD: {amd}. NVIDIA: {nvidia}"
+            ),
+        }),
     }
 }
 

@@ -10,6 +10,9 @@
 //! a newer driver may return a code those enums do not list, and receiving such a value as a Rust
 //! enum would be undefined behaviour.
 
+// Table fields carry the exact C symbol names.
+#![allow(non_snake_case)]
+
 use std::ffi::{c_char, c_int, c_uchar, c_uint, c_void, CStr};
 
 use cudarc::driver::sys::{
@@ -28,7 +31,8 @@ pub(super) type NvrtcStatus = c_int;
 /// `CUDA_SUCCESS`.
 pub(super) const CUDA_SUCCESS: CuStatus = CUresult::CUDA_SUCCESS as CuStatus;
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
-pub(super) const CUDA_ERROR_OUT_OF_MEMORY: CuStatus = CUresult::CUDA_ERROR_OUT_OF_MEMORY as CuStatus;
+pub(super) const CUDA_ERROR_OUT_OF_MEMORY: CuStatus =
+    CUresult::CUDA_ERROR_OUT_OF_MEMORY as CuStatus;
 /// `CUDA_ERROR_NOT_READY`.
 pub(super) const CUDA_ERROR_NOT_READY: CuStatus = CUresult::CUDA_ERROR_NOT_READY as CuStatus;
 /// `CUDA_ERROR_NO_DEVICE`.
@@ -85,7 +89,6 @@ macro_rules! fn_table {
         }
     ) => {
         $(#[$meta])*
-        #[allow(non_snake_case)]
         $vis struct $table {
             /// The library, as named in errors.
             pub(super) library: &'static str,

@@ -1,0 +1,428 @@
+//! Tier 3: hip-core on a real GPU. Every test here is `#[ignore = "needs a GPU"]`; run with
+//! `cargo test -p hip-core --test gpu -- --include-ignored` (`HIP_PLATFORM=nvidia` on an NVIDIA
+//! card, `HIP_PLATFORM=amd` or nothing on an AMD card).
+
+#[path = "../examples/hello_gpu.rs"]
+mod hello_gpu;
+
+use std::sync::Arc;
+
+use hip_core::{
+    Device, DeviceBuffer, Error, Event, Function, LaunchConfig, Module, PinnedHostBuffer, Stream,
+};
+
+const KERNELS: &str = r#"
+#include <hip/hip_runtime.h>
+
+extern "C" __global__ void fill_u32(unsigned* out, unsigned value, unsigned long long n) {
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = value;
+}
+
+// Spins for about `cycles` clock ticks per thread, then writes out[i] = in[i] + 1.
+extern "C" __global__ void slow_add_one(const unsigned* in, unsigned* out, unsigned long long n,
+                                        long long cycles) {
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+    if (i < n) out[i] = in[i] + 1u;
+}
+
+extern "C" __global__ void scale_f32(float* x, float a, unsigned long long n) {
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+"#;
+
+fn device() -> Device {
+    Device::new(0).expect("a GPU is required for this test")
+}
+
+fn kernels(device: &Device) -> Module {
+    device
+        .compile("gpu_tests", KERNELS, &[])
+        .expect("compile the test kernels")
+}
+
+fn launch_fill(f: &Function, stream: &Stream, out: &mut DeviceBuffer<u32>, value: u32) {
+    let n = out.len();
+    // SAFETY: fill_u32 takes (unsigned*, unsigned, unsigned long long) and writes out[0..n).
+    unsafe {
+        f.builder(stream, LaunchConfig::for_elements(n, 256))
+            .arg(out)
+            .arg(value)
+            .arg(n as u64)
+            .launch()
+            .unwrap();
+    }
+}
+
+/// Deterministic pseudo-random data (fixed seed, printed on failure by the callers' messages).
+fn pattern_u32(n: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 33) as u32
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn hello_gpu_example_runs_and_checks() {
+    let r = hello_gpu::run(true).unwrap();
+    println!("{r:?}");
+    assert!(r.max_abs_error <= 1e-5 && r.sum_rel_error <= 1e-4);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn every_device_reports_sane_properties() {
+    let n = hip_core::device_count().unwrap();
+    assert!(n >= 1);
+    for ordinal in 0..n {
+        let d = Device::new(ordinal).unwrap();
+        let p = d.properties();
+        println!("{ordinal}: {p:?}");
+        assert!(!p.name.is_empty());
+        assert!(!p.arch_name.is_empty());
+        assert!(p.warp_size == 32 || p.warp_size == 64, "warp size {}", p.warp_size);
+        assert!(p.multiprocessor_count > 0);
+        assert!(p.max_threads_per_block >= 256);
+        assert!(p.shared_memory_per_block >= 16 * 1024);
+        let (free, total) = d.memory_info().unwrap();
+        assert!(free > 0 && free <= total && total as u64 <= p.total_memory as u64 + (1 << 30));
+        d.synchronize().unwrap();
+        hip_core::set_current_device(ordinal).unwrap();
+        assert_eq!(hip_core::current_device(), ordinal);
+    }
+    match Device::new(n) {
+        Err(Error::InvalidDevice { ordinal, count }) => assert_eq!((ordinal, count), (n, n)),
+        other => panic!("expected InvalidDevice, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn copies_round_trip_for_every_size_pinned_and_pageable() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    for &n in &[0usize, 1, 1001, (64 << 20) / 4] {
+        let seed = 0x5eed + n as u64;
+        let host = pattern_u32(n, seed);
+        // Pageable, synchronous.
+        let mut buf = stream.alloc::<u32>(n).unwrap();
+        buf.copy_from_host(&host).unwrap();
+        assert!(buf.to_host_vec().unwrap() == host, "pageable round trip, n={n}, seed={seed}");
+        // Pinned, asynchronous both ways.
+        let pinned = PinnedHostBuffer::from_slice(d, &host).unwrap();
+        let mut buf2 = stream.alloc::<u32>(n).unwrap();
+        let back = stream
+            .copy_to_device_async(pinned, &mut buf2.as_mut_slice())
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(back[..] == host[..]);
+        let out = PinnedHostBuffer::<u32>::new(d, n).unwrap();
+        let out = stream
+            .copy_to_host_async(&buf2.as_slice(), out)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(out[..] == host[..], "pinned round trip, n={n}, seed={seed}");
+        // Pageable, asynchronous (the Vec is owned by the pending copy).
+        let mut buf3 = stream.alloc::<u32>(n).unwrap();
+        let pending = stream
+            .copy_to_device_async(host.clone(), &mut buf3.as_mut_slice())
+            .unwrap();
+        drop(pending); // waits
+        let got = stream
+            .copy_to_host_async(&buf3.as_slice(), vec![0u32; n])
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(got == host, "pageable async round trip, n={n}");
+        // Device to device, and views with offsets.
+        let copy = buf.try_clone().unwrap();
+        assert!(copy.to_host_vec().unwrap() == host);
+        if n > 10 {
+            let view = buf.slice(3..n - 2).unwrap();
+            assert_eq!(view.to_host_vec().unwrap(), host[3..n - 2]);
+            let mut dst = stream.alloc_zeroed::<u32>(n).unwrap();
+            dst.slice_mut(1..n - 4)
+                .unwrap()
+                .copy_from_device(&view)
+                .unwrap();
+            let got = dst.to_host_vec().unwrap();
+            assert_eq!(got[0], 0);
+            assert_eq!(&got[1..n - 4], &host[3..n - 2]);
+            assert_eq!(&got[n - 4..], &[0, 0, 0, 0]);
+        }
+    }
+    // memset and length mismatches.
+    let mut b = stream.alloc::<u32>(17).unwrap();
+    b.as_mut_slice().memset_async(0xab).unwrap();
+    assert_eq!(b.to_host_vec().unwrap(), vec![0xabab_abab; 17]);
+    assert!(matches!(b.copy_from_host(&[1, 2, 3]), Err(Error::InvalidArgument { .. })));
+    assert!(b.slice(10..18).is_err());
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn stream_order_and_event_timing() {
+    let d = device();
+    let m = kernels(&d);
+    let fill = m.function("fill_u32").unwrap();
+    let stream = d.create_stream().unwrap();
+    let mut buf = stream.alloc::<u32>(1 << 20).unwrap();
+    let start = Event::new(d, true).unwrap();
+    let end = Event::new(d, true).unwrap();
+    start.record(&stream).unwrap();
+    for v in 1..=20u32 {
+        launch_fill(&fill, &stream, &mut buf, v);
+    }
+    end.record(&stream).unwrap();
+    // The copy is queued after the 20 fills on the same stream: it must see the last value.
+    assert!(buf.to_host_vec().unwrap().iter().all(|&x| x == 20));
+    end.synchronize().unwrap();
+    assert!(end.query().unwrap());
+    let ms = start.elapsed_ms(&end).unwrap();
+    println!("20 fills of 4 MiB: {ms:.3} ms");
+    assert!(ms > 0.0 && ms < 10_000.0);
+    let untimed = stream.record_event().unwrap();
+    assert!(matches!(untimed.elapsed_ms(&end), Err(Error::InvalidArgument { .. })));
+    assert!(stream.query().unwrap());
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn two_streams_with_a_cross_stream_dependency() {
+    let d = device();
+    let m = kernels(&d);
+    let fill = m.function("fill_u32").unwrap();
+    let slow = m.function("slow_add_one").unwrap();
+    let a = d.create_stream().unwrap();
+    let b = d.create_stream().unwrap();
+    let n = 1usize << 16;
+    let mut x = a.alloc::<u32>(n).unwrap();
+    let mut y = b.alloc::<u32>(n).unwrap();
+    launch_fill(&fill, &b, &mut y, 0);
+    b.synchronize().unwrap();
+    launch_fill(&fill, &a, &mut x, 41);
+    let mut z = a.alloc::<u32>(n).unwrap();
+    // A slow kernel on `a` (tens of ms), then `b` waits for it and reads its output.
+    // SAFETY: slow_add_one takes (const unsigned*, unsigned*, unsigned long long, long long)
+    // and touches in/out[0..n).
+    unsafe {
+        slow.builder(&a, LaunchConfig::for_elements(n, 256))
+            .arg(&x)
+            .arg(&mut z)
+            .arg(n as u64)
+            .arg(20_000_000i64)
+            .launch()
+            .unwrap();
+    }
+    let done_on_a = a.record_event().unwrap();
+    b.wait_event(&done_on_a).unwrap();
+    y.as_mut_slice().copy_from_device(&z.as_slice()).unwrap();
+    assert!(y.to_host_vec().unwrap().iter().all(|&v| v == 42));
+    // Without the wait, `b` would have raced ahead: stream_wait_for covers the other order too.
+    launch_fill(&fill, &b, &mut y, 7);
+    a.wait_for(&b).unwrap();
+    x.as_mut_slice().copy_from_device(&y.as_slice()).unwrap();
+    assert!(x.to_host_vec().unwrap().iter().all(|&v| v == 7));
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn allocator_reuses_cached_blocks_and_stats_add_up() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let before = d.memory_stats();
+    let first = stream.alloc::<f32>(1000).unwrap();
+    let ptr = first.device_ptr();
+    let s1 = d.memory_stats();
+    assert_eq!(s1.active_blocks, before.active_blocks + 1);
+    assert!(s1.allocated_bytes >= before.allocated_bytes + 4000);
+    drop(first);
+    let s2 = d.memory_stats();
+    assert_eq!(s2.active_blocks, before.active_blocks);
+    assert_eq!(s2.allocated_bytes, before.allocated_bytes);
+    let again = stream.alloc::<f32>(1000).unwrap();
+    let s3 = d.memory_stats();
+    assert_eq!(again.device_ptr(), ptr, "the freed block is handed out again");
+    assert_eq!(s3.device_mallocs, s2.device_mallocs, "no new device allocation");
+    assert!(s3.cache_hits > s2.cache_hits);
+    assert!(s3.reserved_bytes >= s3.allocated_bytes);
+    assert!(s3.peak_allocated_bytes >= s3.allocated_bytes);
+    drop(again);
+    d.empty_cache().unwrap();
+    let s4 = d.memory_stats();
+    assert!(s4.reserved_bytes <= s3.reserved_bytes);
+    println!("{s4:?}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn out_of_memory_is_a_clean_error_and_the_device_stays_usable() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let total = d.properties().total_memory;
+    match stream.alloc::<u8>(total * 2) {
+        Err(Error::OutOfMemory { requested, .. }) => assert_eq!(requested, total * 2),
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    let b = stream.alloc_from_host(&[1u8, 2, 3]).unwrap();
+    assert_eq!(b.to_host_vec().unwrap(), vec![1, 2, 3]);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn jit_compile_launch_and_disk_cache_hit() {
+    let d = device();
+    // A unique source, so that the first compile in this process is a cache miss.
+    let nonce = format!(
+        "// nonce {:?} {}\n",
+        std::time::SystemTime::now(),
+        std::process::id()
+    );
+    let source = format!("{nonce}{KERNELS}");
+    let first = hip_core::rtc::compile("jit_test", &source, d.arch(), &[]).unwrap();
+    assert!(!first.from_cache);
+    let second = hip_core::rtc::compile("jit_test", &source, d.arch(), &[]).unwrap();
+    assert!(second.from_cache, "second compile must hit the disk cache");
+    assert_eq!(first.image, second.image);
+    assert_eq!(first.key, second.key);
+    let m = d.load_module(&second.image).unwrap();
+    let scale = m.function("scale_f32").unwrap();
+    println!("scale_f32 attributes: {:?}", scale.attributes());
+    let stream = d.create_stream().unwrap();
+    let host: Vec<f32> = (0..777).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let mut x = stream.alloc_from_host(&host).unwrap();
+    // SAFETY: scale_f32 takes (float*, float, unsigned long long) and touches x[0..777).
+    unsafe {
+        scale
+            .builder(&stream, LaunchConfig::for_elements(host.len(), 128))
+            .arg(&mut x)
+            .arg(-2.0f32)
+            .arg(host.len() as u64)
+            .launch()
+            .unwrap();
+    }
+    let got = x.to_host_vec().unwrap();
+    for (g, h) in got.iter().zip(&host) {
+        assert_eq!(*g, h * -2.0);
+    }
+    // A compile error carries the compiler's log.
+    match hip_core::rtc::compile("broken", "extern \"C\" __global__ void k() { nope; }", d.arch(), &[]) {
+        Err(Error::Compile { log, .. }) => assert!(log.contains("nope"), "{log}"),
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    assert!(m.function("no_such_kernel").is_err());
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn invalid_launch_configuration_is_an_error() {
+    let d = device();
+    let m = kernels(&d);
+    let fill = m.function("fill_u32").unwrap();
+    let stream = d.create_stream().unwrap();
+    let mut out = stream.alloc::<u32>(4096).unwrap();
+    let too_many = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [d.properties().max_threads_per_block * 2, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the launch must be rejected before it runs; had it run, it writes out[0..4096).
+    let r = unsafe {
+        fill.builder(&stream, too_many)
+            .arg(&mut out)
+            .arg(1u32)
+            .arg(4096u64)
+            .launch()
+    };
+    let e = r.unwrap_err();
+    println!("{e}");
+    assert!(e.to_string().contains("threads per block"));
+    // The stream and device are fine afterwards.
+    launch_fill(&fill, &stream, &mut out, 3);
+    assert!(out.to_host_vec().unwrap().iter().all(|&v| v == 3));
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn many_threads_at_once() {
+    let d = device();
+    let m = Arc::new(kernels(&d));
+    let handles: Vec<_> = (0..8u32)
+        .map(|t| {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                let d = Device::new(0).unwrap();
+                let stream = d.create_stream().unwrap();
+                let fill = m.function("fill_u32").unwrap();
+                for round in 0..50u32 {
+                    let n = 1000 + (t as usize) * 17 + round as usize;
+                    let mut b = stream.alloc::<u32>(n).unwrap();
+                    launch_fill(&fill, &stream, &mut b, t * 1000 + round);
+                    let v = b.to_host_vec().unwrap();
+                    assert!(v.iter().all(|&x| x == t * 1000 + round), "thread {t} round {round}");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = d.memory_stats();
+    println!("{s:?}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn buffers_used_on_another_stream_are_not_reused_early() {
+    let d = device();
+    let m = kernels(&d);
+    let fill = m.function("fill_u32").unwrap();
+    let slow = m.function("slow_add_one").unwrap();
+    let owner = d.create_stream().unwrap();
+    let other = d.create_stream().unwrap();
+    let n = 1usize << 16;
+    let mut input = owner.alloc::<u32>(n).unwrap();
+    launch_fill(&fill, &owner, &mut input, 99);
+    other.wait_for(&owner).unwrap();
+    let mut out = other.alloc::<u32>(n).unwrap();
+    // The slow kernel on `other` reads `input` (allocated on `owner`), which we then drop.
+    // SAFETY: as in two_streams_with_a_cross_stream_dependency.
+    unsafe {
+        slow.builder(&other, LaunchConfig::for_elements(n, 256))
+            .arg(&input)
+            .arg(&mut out)
+            .arg(n as u64)
+            .arg(20_000_000i64)
+            .launch()
+            .unwrap();
+    }
+    drop(input);
+    // A new allocation on `owner` of the same size must not get the block while `other` reads it.
+    let mut fresh = owner.alloc::<u32>(n).unwrap();
+    launch_fill(&fill, &owner, &mut fresh, 5);
+    assert!(out.to_host_vec().unwrap().iter().all(|&v| v == 100));
+    assert!(fresh.to_host_vec().unwrap().iter().all(|&v| v == 5));
+}
+
+/// Needs two GPUs: on a one-GPU machine it fails; skip it there with `--skip two_devices`.
+#[test]
+#[ignore = "needs two GPUs"]
+fn two_devices_copy_between_them() {
+    let count = hip_core::device_count().unwrap();
+    assert!(count >= 2, "this test needs two GPUs, found {count}: run with --skip two_devices");
+    let d0 = Device::new(0).unwrap();
+    let d1 = Device::new(1).unwrap();
+    let host = pattern_u32(1 << 20, 7);
+    let a = d0.default_stream().alloc_from_host(&host).unwrap();
+    let b = a.copy_to(&d1.default_stream()).unwrap();
+    assert!(b.to_host_vec().unwrap() == host);
+}
