@@ -62,7 +62,9 @@ fn pattern_u32(n: usize, seed: u64) -> Vec<u32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 33) as u32
         })
         .collect()
@@ -87,7 +89,11 @@ fn every_device_reports_sane_properties() {
         println!("{ordinal}: {p:?}");
         assert!(!p.name.is_empty());
         assert!(!p.arch_name.is_empty());
-        assert!(p.warp_size == 32 || p.warp_size == 64, "warp size {}", p.warp_size);
+        assert!(
+            p.warp_size == 32 || p.warp_size == 64,
+            "warp size {}",
+            p.warp_size
+        );
         assert!(p.multiprocessor_count > 0);
         assert!(p.max_threads_per_block >= 256);
         assert!(p.shared_memory_per_block >= 16 * 1024);
@@ -114,7 +120,10 @@ fn copies_round_trip_for_every_size_pinned_and_pageable() {
         // Pageable, synchronous.
         let mut buf = stream.alloc::<u32>(n).unwrap();
         buf.copy_from_host(&host).unwrap();
-        assert!(buf.to_host_vec().unwrap() == host, "pageable round trip, n={n}, seed={seed}");
+        assert!(
+            buf.to_host_vec().unwrap() == host,
+            "pageable round trip, n={n}, seed={seed}"
+        );
         // Pinned, asynchronous both ways.
         let pinned = PinnedHostBuffer::from_slice(d, &host).unwrap();
         let mut buf2 = stream.alloc::<u32>(n).unwrap();
@@ -164,7 +173,10 @@ fn copies_round_trip_for_every_size_pinned_and_pageable() {
     let mut b = stream.alloc::<u32>(17).unwrap();
     b.as_mut_slice().memset_async(0xab).unwrap();
     assert_eq!(b.to_host_vec().unwrap(), vec![0xabab_abab; 17]);
-    assert!(matches!(b.copy_from_host(&[1, 2, 3]), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        b.copy_from_host(&[1, 2, 3]),
+        Err(Error::InvalidArgument { .. })
+    ));
     assert!(b.slice(10..18).is_err());
 }
 
@@ -191,7 +203,10 @@ fn stream_order_and_event_timing() {
     println!("20 fills of 4 MiB: {ms:.3} ms");
     assert!(ms > 0.0 && ms < 10_000.0);
     let untimed = stream.record_event().unwrap();
-    assert!(matches!(untimed.elapsed_ms(&end), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        untimed.elapsed_ms(&end),
+        Err(Error::InvalidArgument { .. })
+    ));
     assert!(stream.query().unwrap());
 }
 
@@ -251,8 +266,15 @@ fn allocator_reuses_cached_blocks_and_stats_add_up() {
     assert_eq!(s2.allocated_bytes, before.allocated_bytes);
     let again = stream.alloc::<f32>(1000).unwrap();
     let s3 = d.memory_stats();
-    assert_eq!(again.device_ptr(), ptr, "the freed block is handed out again");
-    assert_eq!(s3.device_mallocs, s2.device_mallocs, "no new device allocation");
+    assert_eq!(
+        again.device_ptr(),
+        ptr,
+        "the freed block is handed out again"
+    );
+    assert_eq!(
+        s3.device_mallocs, s2.device_mallocs,
+        "no new device allocation"
+    );
     assert!(s3.cache_hits > s2.cache_hits);
     assert!(s3.reserved_bytes >= s3.allocated_bytes);
     assert!(s3.peak_allocated_bytes >= s3.allocated_bytes);
@@ -315,7 +337,12 @@ fn jit_compile_launch_and_disk_cache_hit() {
         assert_eq!(*g, h * -2.0);
     }
     // A compile error carries the compiler's log.
-    match hip_core::rtc::compile("broken", "extern \"C\" __global__ void k() { nope; }", d.arch(), &[]) {
+    match hip_core::rtc::compile(
+        "broken",
+        "extern \"C\" __global__ void k() { nope; }",
+        d.arch(),
+        &[],
+    ) {
         Err(Error::Compile { log, .. }) => assert!(log.contains("nope"), "{log}"),
         other => panic!("expected a compile error, got {other:?}"),
     }
@@ -332,7 +359,8 @@ fn invalid_launch_configuration_is_an_error() {
     let mut out = stream.alloc::<u32>(4096).unwrap();
     let too_many = LaunchConfig {
         grid: [1, 1, 1],
-        block: [d.properties().max_threads_per_block * 2, 1, 1],
+        // Each dimension is within its own limit, the product is not.
+        block: [d.properties().max_threads_per_block, 2, 1],
         shared_mem_bytes: 0,
     };
     // SAFETY: the launch must be rejected before it runs; had it run, it writes out[0..4096).
@@ -345,7 +373,12 @@ fn invalid_launch_configuration_is_an_error() {
     };
     let e = r.unwrap_err();
     println!("{e}");
-    assert!(e.to_string().contains("threads per block"));
+    assert!(e.to_string().contains("threads per block exceed"), "{e}");
+    let mut wide = too_many;
+    wide.block = [d.properties().max_block_dim[0] + 1, 1, 1];
+    // SAFETY: as above, rejected before it runs.
+    let r = unsafe { fill.builder(&stream, wide).arg(&mut out).arg(1u32).arg(4096u64).launch() };
+    assert!(r.unwrap_err().to_string().contains("block.x"));
     // The stream and device are fine afterwards.
     launch_fill(&fill, &stream, &mut out, 3);
     assert!(out.to_host_vec().unwrap().iter().all(|&v| v == 3));
@@ -368,7 +401,10 @@ fn many_threads_at_once() {
                     let mut b = stream.alloc::<u32>(n).unwrap();
                     launch_fill(&fill, &stream, &mut b, t * 1000 + round);
                     let v = b.to_host_vec().unwrap();
-                    assert!(v.iter().all(|&x| x == t * 1000 + round), "thread {t} round {round}");
+                    assert!(
+                        v.iter().all(|&x| x == t * 1000 + round),
+                        "thread {t} round {round}"
+                    );
                 }
             })
         })
@@ -418,11 +454,147 @@ fn buffers_used_on_another_stream_are_not_reused_early() {
 #[ignore = "needs two GPUs"]
 fn two_devices_copy_between_them() {
     let count = hip_core::device_count().unwrap();
-    assert!(count >= 2, "this test needs two GPUs, found {count}: run with --skip two_devices");
+    assert!(
+        count >= 2,
+        "this test needs two GPUs, found {count}: run with --skip two_devices"
+    );
     let d0 = Device::new(0).unwrap();
     let d1 = Device::new(1).unwrap();
     let host = pattern_u32(1 << 20, 7);
     let a = d0.default_stream().alloc_from_host(&host).unwrap();
     let b = a.copy_to(&d1.default_stream()).unwrap();
     assert!(b.to_host_vec().unwrap() == host);
+}
+
+const PORTABILITY_KERNELS: &str = r#"
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#include <hip/hip_bf16.h>
+
+// y = 2x in f16 and in bf16, computed through f32.
+extern "C" __global__ void double_f16(const __half* x, __half* y, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2half(2.0f * __half2float(x[i]));
+}
+extern "C" __global__ void double_bf16(const __hip_bfloat16* x, __hip_bfloat16* y, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2bfloat16(2.0f * __bfloat162float(x[i]));
+}
+// Per warp: the number of lanes whose value is odd (ballot + popcount), whether any / all are
+// odd, and the warp's sum through shfl_down and shfl_xor, written by lane 0 of each warp.
+extern "C" __global__ void warp_ops(const unsigned* x, unsigned* out) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned v = x[i];
+    unsigned long long odd = __ballot(v & 1u);
+    int any_odd = __any(v & 1u);
+    int all_odd = __all(v & 1u);
+    unsigned s1 = v, s2 = v;
+    for (int o = warpSize / 2; o > 0; o /= 2) { s1 += __shfl_down(s1, o); s2 += __shfl_xor(s2, o); }
+    unsigned first = __shfl(v, 0);
+    if (threadIdx.x % warpSize == 0) {
+        unsigned w = i / warpSize;
+        out[w * 6 + 0] = (unsigned)__popcll(odd);
+        out[w * 6 + 1] = any_odd != 0;
+        out[w * 6 + 2] = all_odd != 0;
+        out[w * 6 + 3] = s1;
+        out[w * 6 + 4] = s2;
+        out[w * 6 + 5] = first;
+    }
+}
+"#;
+
+#[test]
+#[ignore = "needs a GPU"]
+fn half_precision_types_and_warp_intrinsics_are_portable() {
+    use half::{bf16, f16};
+    let d = device();
+    let m = d.compile("portability", PORTABILITY_KERNELS, &[]).unwrap();
+    let stream = d.create_stream().unwrap();
+    let n = 1000usize;
+    let cfg = LaunchConfig::for_elements(n, 128);
+    let xf: Vec<f16> = (0..n)
+        .map(|i| f16::from_f32(i as f32 * 0.01 - 5.0))
+        .collect();
+    let xb: Vec<bf16> = (0..n)
+        .map(|i| bf16::from_f32(i as f32 * 0.37 - 100.0))
+        .collect();
+    let gf = stream.alloc_from_host(&xf).unwrap();
+    let gb = stream.alloc_from_host(&xb).unwrap();
+    let mut yf = stream.alloc::<f16>(n).unwrap();
+    let mut yb = stream.alloc::<bf16>(n).unwrap();
+    let (df, db) = (
+        m.function("double_f16").unwrap(),
+        m.function("double_bf16").unwrap(),
+    );
+    // SAFETY: (const T*, T*, unsigned) over n elements.
+    unsafe {
+        df.builder(&stream, cfg)
+            .arg(&gf)
+            .arg(&mut yf)
+            .arg(n as u32)
+            .launch()
+            .unwrap();
+        db.builder(&stream, cfg)
+            .arg(&gb)
+            .arg(&mut yb)
+            .arg(n as u32)
+            .launch()
+            .unwrap();
+    }
+    let (yf, yb) = (yf.to_host_vec().unwrap(), yb.to_host_vec().unwrap());
+    for i in 0..n {
+        assert_eq!(yf[i], f16::from_f32(2.0 * xf[i].to_f32()), "f16 at {i}");
+        assert_eq!(yb[i], bf16::from_f32(2.0 * xb[i].to_f32()), "bf16 at {i}");
+    }
+
+    let warp = d.properties().warp_size as usize;
+    let warps = 8usize;
+    let x = pattern_u32(warp * warps, 11);
+    let x: Vec<u32> = x
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match i / warp {
+            0 => v | 1,  // all odd
+            1 => v & !1, // none odd
+            _ => v % 1000,
+        })
+        .collect();
+    let gx = stream.alloc_from_host(&x).unwrap();
+    let mut out = stream.alloc::<u32>(warps * 6).unwrap();
+    out.as_mut_slice().memset_async(0xff).unwrap();
+    let f = m.function("warp_ops").unwrap();
+    // SAFETY: (const unsigned*, unsigned*): reads warps*warp inputs, writes 6 per warp.
+    unsafe {
+        f.builder(
+            &stream,
+            LaunchConfig {
+                grid: [warps as u32, 1, 1],
+                block: [warp as u32, 1, 1],
+                shared_mem_bytes: 0,
+            },
+        )
+        .arg(&gx)
+        .arg(&mut out)
+        .launch()
+        .unwrap();
+    }
+    let out = out.to_host_vec().unwrap();
+    for w in 0..warps {
+        let lanes = &x[w * warp..(w + 1) * warp];
+        let odd = lanes.iter().filter(|&&v| v & 1 == 1).count() as u32;
+        let sum = lanes.iter().fold(0u32, |a, &v| a.wrapping_add(v));
+        let expect = [
+            odd,
+            (odd > 0) as u32,
+            (odd == warp as u32) as u32,
+            sum,
+            sum,
+            lanes[0],
+        ];
+        assert_eq!(
+            &out[w * 6..w * 6 + 6],
+            &expect,
+            "warp {w} (warp size {warp})"
+        );
+    }
 }

@@ -8,7 +8,7 @@
  *   - the platform macro __HIP_PLATFORM_NVIDIA__ (and __HIP_DEVICE_COMPILE__ in device code);
  *   - HIP_DYNAMIC_SHARED(type, name), HIP's spelling of `extern __shared__ type name[]`;
  *   - the warp functions without a mask (__shfl, __shfl_up, __shfl_down, __shfl_xor, __ballot,
- *     __any, __all), which CUDA removed for sm_70 and newer; they act on the full warp here.
+ *     __any, __all), which CUDA deprecated (sm_70+); they act on the full warp here.
  *
  * Written for hip-core (candle-rocm workspace), MIT OR Apache-2.0.
  */
@@ -32,44 +32,49 @@
 #define HIP_CORE_FULL_WARP_MASK 0xffffffffu
 
 /*
- * CUDA itself still declares the maskless warp functions for sm_6x and older (deprecated), so
- * they are only defined here where CUDA no longer has them.
+ * The maskless warp functions. CUDA still declares deprecated versions of some of them (with
+ * other return types, e.g. a 32-bit __ballot), so ours get their own names and the HIP
+ * spellings are macros: HIP code always reaches these, whatever CUDA declares.
  */
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 700)
-
 template <typename T>
-__device__ __forceinline__ T __shfl(T var, int src_lane, int width = warpSize) {
+__device__ __forceinline__ T hip_core_shfl(T var, int src_lane, int width = warpSize) {
     return __shfl_sync(HIP_CORE_FULL_WARP_MASK, var, src_lane, width);
 }
 
 template <typename T>
-__device__ __forceinline__ T __shfl_up(T var, unsigned int lane_delta, int width = warpSize) {
+__device__ __forceinline__ T hip_core_shfl_up(T var, unsigned int lane_delta, int width = warpSize) {
     return __shfl_up_sync(HIP_CORE_FULL_WARP_MASK, var, lane_delta, width);
 }
 
 template <typename T>
-__device__ __forceinline__ T __shfl_down(T var, unsigned int lane_delta, int width = warpSize) {
+__device__ __forceinline__ T hip_core_shfl_down(T var, unsigned int lane_delta, int width = warpSize) {
     return __shfl_down_sync(HIP_CORE_FULL_WARP_MASK, var, lane_delta, width);
 }
 
 template <typename T>
-__device__ __forceinline__ T __shfl_xor(T var, int lane_mask, int width = warpSize) {
+__device__ __forceinline__ T hip_core_shfl_xor(T var, int lane_mask, int width = warpSize) {
     return __shfl_xor_sync(HIP_CORE_FULL_WARP_MASK, var, lane_mask, width);
 }
 
 /* HIP's ballot is 64 bits wide (for 64-lane wavefronts); the upper half is zero here. */
-__device__ __forceinline__ unsigned long long __ballot(int predicate) {
+__device__ __forceinline__ unsigned long long hip_core_ballot(int predicate) {
     return __ballot_sync(HIP_CORE_FULL_WARP_MASK, predicate);
 }
 
-__device__ __forceinline__ int __any(int predicate) {
+__device__ __forceinline__ int hip_core_any(int predicate) {
     return __any_sync(HIP_CORE_FULL_WARP_MASK, predicate);
 }
 
-__device__ __forceinline__ int __all(int predicate) {
+__device__ __forceinline__ int hip_core_all(int predicate) {
     return __all_sync(HIP_CORE_FULL_WARP_MASK, predicate);
 }
 
-#endif /* __CUDA_ARCH__ >= 700 */
+#define __shfl(...) hip_core_shfl(__VA_ARGS__)
+#define __shfl_up(...) hip_core_shfl_up(__VA_ARGS__)
+#define __shfl_down(...) hip_core_shfl_down(__VA_ARGS__)
+#define __shfl_xor(...) hip_core_shfl_xor(__VA_ARGS__)
+#define __ballot(p) hip_core_ballot(p)
+#define __any(p) hip_core_any(p)
+#define __all(p) hip_core_all(p)
 
 #endif /* HIP_CORE_NVRTC_HIP_RUNTIME_H */

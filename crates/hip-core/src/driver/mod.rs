@@ -92,7 +92,7 @@ impl DevicePtr {
     pub const NULL: DevicePtr = DevicePtr(0);
 
     /// This address plus `bytes`.
-    pub fn add(self, bytes: usize) -> DevicePtr {
+    pub fn byte_offset(self, bytes: usize) -> DevicePtr {
         DevicePtr(self.0 + bytes as u64)
     }
 }
@@ -382,9 +382,7 @@ fn select_driver() -> Result<&'static dyn Driver> {
         (Ok(d), _) => Ok(d),
         (Err(_), Ok(d)) => Ok(d),
         (Err(amd), Err(nvidia)) => Err(Error::NoDevice {
-            detail: format!(
-                "no GPU runtime could be loaded. AMD: {amd}. NVIDIA: {nvidia}"
-            ),
+            detail: format!("no GPU runtime could be loaded. AMD: {amd}. NVIDIA: {nvidia}"),
         }),
     }
 }

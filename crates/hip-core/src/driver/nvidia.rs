@@ -37,7 +37,7 @@ use api::{
 };
 
 /// How to fix a missing CUDA library.
-pub const CUDA_HINT: &str = "Install the NVIDIA driver (libcuda) and the CUDA toolkit (libnvrtc), or point CUDA_PATH at an existing CUDA installation; on AMD GPUs set HIP_PLATFORM=amd";
+pub(crate) const CUDA_HINT: &str = "Install the NVIDIA driver (libcuda) and the CUDA toolkit (libnvrtc), or point CUDA_PATH at an existing CUDA installation; on AMD GPUs set HIP_PLATFORM=amd";
 
 const CUDA_DESCRIPTION: &str = "the CUDA driver (libcuda)";
 const NVRTC_DESCRIPTION: &str = "the CUDA run-time compiler (libnvrtc)";
@@ -683,6 +683,9 @@ mod tests {
         assert!(rtc::HIP_FP16_SHIM.contains("typedef __half half;"));
         assert!(rtc::HIP_BF16_SHIM.contains("#include <cuda_bf16.h>"));
         assert!(rtc::HIP_BF16_SHIM.contains("typedef __nv_bfloat16 __hip_bfloat16;"));
+        let digest = rtc::shim_digest();
+        assert_eq!(digest.len(), 8);
+        assert!(digest.chars().all(|c| c.is_ascii_hexdigit()), "{digest}");
         let names: Vec<&str> = rtc::VIRTUAL_HEADERS.iter().map(|(n, _)| *n).collect();
         assert_eq!(
             names,

@@ -150,7 +150,8 @@ pub(super) fn compile(
         std::env::var_os("CUDA_HOME").map(PathBuf::from),
         Path::is_dir,
     );
-    let opts = compile_options(arch, options, &include_dirs)
+    let option_strings = compile_options(arch, options, &include_dirs);
+    let opts = option_strings
         .iter()
         .map(|o| c_string("a compiler option", o))
         .collect::<Result<Vec<_>>>()?;
@@ -190,7 +191,7 @@ pub(super) fn compile(
         log.push_str(&format!(
             "nvrtcCompileProgram returned {} ({status}); options: {}",
             api.error_name(status),
-            compile_options(arch, options, &include_dirs).join(" ")
+            option_strings.join(" ")
         ));
         return Err(Error::Compile {
             program: program.to_string(),
@@ -222,10 +223,30 @@ pub(super) fn compile(
     Ok(cubin)
 }
 
-/// `"nvrtc MAJOR.MINOR"`.
+/// `"nvrtc MAJOR.MINOR (hip shim DIGEST)"`: the compiler's version plus a digest of the virtual
+/// headers, so that compilation caches keyed on it are invalidated when the shim changes.
 pub(super) fn version(api: &NvrtcApi) -> Result<String> {
     let (mut major, mut minor) = (0 as c_int, 0 as c_int);
     // SAFETY: two valid out-pointers.
     unsafe { call!(api, nvrtcVersion(&mut major, &mut minor)) }?;
-    Ok(format!("nvrtc {major}.{minor}"))
+    Ok(format!(
+        "nvrtc {major}.{minor} (hip shim {})",
+        shim_digest()
+    ))
+}
+
+/// The first 8 hex digits of the SHA-256 of every virtual header's name and contents.
+pub(super) fn shim_digest() -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for (name, text) in VIRTUAL_HEADERS {
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update((text.len() as u64).to_le_bytes());
+        hasher.update(text.as_bytes());
+    }
+    hasher.finalize()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
