@@ -8,7 +8,7 @@
 //! # Policy
 //!
 //! * **Rounding.** A request is rounded up to a multiple of 512 bytes (the smallest block).
-//!   A zero-byte request returns a null [`Allocation`] that owns no block.
+//!   A zero-byte request returns a null allocation that owns no block.
 //! * **Pools.** Rounded sizes up to 1 MiB are served from the *small* pool, whose segments are
 //!   2 MiB. Sizes up to 20 MiB are served from the *large* pool: below 10 MiB out of 20 MiB
 //!   segments, from 10 MiB on out of a segment of the request rounded up to 2 MiB. Larger
@@ -28,23 +28,23 @@
 //!   blocks become *unowned* and any stream may take them; allocations look at their own
 //!   stream's blocks first, then at unowned ones. Free neighbours merge when they have the same
 //!   owner (so memory given to every stream is never captured again by one).
-//! * **Cross-stream use.** [`CachingAllocator::record_stream`] notes that another stream uses a
+//! * **Cross-stream use.** `CachingAllocator::record_stream` notes that another stream uses a
 //!   block. At free, an event (from a pool of reusable events) is recorded on each such stream
 //!   and the block is *pending* until all of them have completed. Pending blocks are polled only
 //!   at the start of an allocation while some are pending, and resolved at every device
 //!   synchronisation (out-of-memory path, [`CachingAllocator::empty_cache`], drop).
 //! * **Out of memory.** When the runtime reports out-of-memory, the allocator synchronises the
 //!   device (completing every pending block, which is reused if one now fits), releases every
-//!   segment whose blocks are all free, and retries once; if that fails
-//!   too the error is [`Error::OutOfMemory`] with the allocator's numbers. Other errors pass
-//!   through unchanged.
+//!   segment whose blocks are all free, and retries once; if that fails too the error is
+//!   [`Error::OutOfMemory`] with the allocator's numbers. Other errors pass through unchanged.
 //! * **Releasing.** [`CachingAllocator::empty_cache`] synchronises and releases every segment
 //!   without live blocks; dropping the allocator does the same and destroys its events.
 //!   Segments that still hold live blocks are never released.
 //!
 //! Errors in paths that cannot report them (free, drop) are ignored without losing the
 //! bookkeeping: a segment whose release fails stays cached, and a block whose event cannot be
-//! recorded waits for the next device synchronisation.
+//! recorded is covered by a device synchronisation instead (at once, or if that fails too, the
+//! next one that succeeds).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -334,7 +334,11 @@ struct State {
 impl State {
     /// The best-fitting free block of `pool` owned by `owner`.
     fn find_free(&self, pool: Pool, owner: Owner, size: usize) -> Option<FreeKey> {
-        let lo = FreeKey { owner, size, ptr: 0 };
+        let lo = FreeKey {
+            owner,
+            size,
+            ptr: 0,
+        };
         let hi = FreeKey {
             owner,
             size: usize::MAX,
@@ -483,8 +487,7 @@ impl State {
         if let Some(block) = self.blocks.get(&ptr) {
             if let Some(n) = block.next {
                 if let Some(nb) = self.blocks.get(&n) {
-                    if let (BlockState::Free, Some(owner)) =
-                        (nb.state, block.owner.merge(nb.owner))
+                    if let (BlockState::Free, Some(owner)) = (nb.state, block.owner.merge(nb.owner))
                     {
                         self.free[set].remove(&FreeKey {
                             owner: nb.owner,
@@ -509,8 +512,7 @@ impl State {
         if let Some(block) = self.blocks.get(&ptr) {
             if let Some(p) = block.prev {
                 if let Some(pb) = self.blocks.get(&p) {
-                    if let (BlockState::Free, Some(owner)) =
-                        (pb.state, pb.owner.merge(block.owner))
+                    if let (BlockState::Free, Some(owner)) = (pb.state, pb.owner.merge(block.owner))
                     {
                         self.free[set].remove(&FreeKey {
                             owner: pb.owner,
@@ -757,7 +759,10 @@ impl CachingAllocator {
                 })
             }
             // Unreachable: the fresh segment fits the request. Keep it cached.
-            None => Err(Error::invalid("allocate", "caching allocator state is inconsistent")),
+            None => Err(Error::invalid(
+                "allocate",
+                "caching allocator state is inconsistent",
+            )),
         }
     }
 
@@ -773,7 +778,9 @@ impl CachingAllocator {
         let Some(block) = st.blocks.get_mut(&ptr) else {
             return;
         };
-        if block.state != BlockState::Allocated {
+        // Ignore a double free, or an allocation that does not describe this block.
+        let fits = round_size(allocation.size).is_some_and(|r| r <= block.size);
+        if block.state != BlockState::Allocated || !fits {
             return;
         }
         let uses = std::mem::take(&mut block.stream_uses);
@@ -929,10 +936,16 @@ impl State {
                             size: b.size,
                             ptr,
                         };
-                        assert!(self.free[seg.pool.index()].contains(&key), "{key:?} not in set");
+                        assert!(
+                            self.free[seg.pool.index()].contains(&key),
+                            "{key:?} not in set"
+                        );
                         assert_eq!(b.pending_events, 0);
                         if let Some(o) = prev_free_owner {
-                            assert!(o.merge(b.owner).is_none(), "unmerged neighbours at {ptr:#x}");
+                            assert!(
+                                o.merge(b.owner).is_none(),
+                                "unmerged neighbours at {ptr:#x}"
+                            );
                         }
                         prev_free_owner = Some(b.owner);
                     }
@@ -1143,12 +1156,17 @@ mod tests {
         unsafe fn event_query(&self, event: RawEvent) -> Result<bool> {
             let mut s = self.st();
             s.event_queries += 1;
-            Ok(*s.events.get(&event_id(event)).expect("querying a dead event"))
+            Ok(*s
+                .events
+                .get(&event_id(event))
+                .expect("querying a dead event"))
         }
         unsafe fn event_destroy(&self, event: RawEvent) -> Result<()> {
             let mut s = self.st();
             s.event_destroys += 1;
-            s.events.remove(&event_id(event)).expect("destroying a dead event");
+            s.events
+                .remove(&event_id(event))
+                .expect("destroying a dead event");
             Ok(())
         }
     }
@@ -1156,7 +1174,9 @@ mod tests {
     fn stream(id: u64) -> StreamKey {
         StreamKey {
             id,
-            raw: RawStream(std::ptr::without_provenance_mut::<c_void>(0x5000 + id as usize)),
+            raw: RawStream(std::ptr::without_provenance_mut::<c_void>(
+                0x5000 + id as usize,
+            )),
         }
     }
 
@@ -1197,15 +1217,24 @@ mod tests {
         assert_eq!(a.block_size(z.ptr), 16 * MIB);
         let y = a.allocate(MIB + 1, s).unwrap();
         assert_eq!(a.block_size(y.ptr), MIB + 512);
-        // 25 MiB + 1: a 26 MiB segment, split (the remainder is over 1 MiB).
-        let w = a.allocate(25 * MIB + 1, s).unwrap();
-        assert_eq!(a.block_size(w.ptr), 25 * MIB + 512);
-        assert_eq!(fake.segment_sizes(), vec![2 * MIB, 16 * MIB, 20 * MIB, 26 * MIB]);
+        // 24 MiB + 1: a 26 MiB segment, split (the remainder is over 1 MiB).
+        let w = a.allocate(24 * MIB + 1, s).unwrap();
+        assert_eq!(a.block_size(w.ptr), 24 * MIB + 512);
+        assert_eq!(
+            fake.segment_sizes(),
+            vec![2 * MIB, 16 * MIB, 20 * MIB, 26 * MIB]
+        );
         let st = a.stats();
-        assert_eq!(st.allocated_bytes, 512 + MIB + 512 + 16 * MIB + 25 * MIB + 512);
+        assert_eq!(
+            st.allocated_bytes,
+            512 + MIB + 512 + 16 * MIB + 24 * MIB + 512
+        );
         assert_eq!(st.reserved_bytes, 64 * MIB);
-        assert_eq!((st.segments, st.device_mallocs, st.active_blocks), (4, 4, 4));
-        // A medium request never carves the cached huge remainder.
+        assert_eq!(
+            (st.segments, st.device_mallocs, st.active_blocks),
+            (4, 4, 4)
+        );
+        // A medium request never carves the cached huge remainder (2 MiB - 512 bytes).
         let v = a.allocate(MIB + 512, s).unwrap();
         assert_eq!(a.stats().device_mallocs, 4);
         assert!(v.ptr.0 > y.ptr.0 && v.ptr.0 < y.ptr.0 + 20 * MIB as u64);
@@ -1229,7 +1258,7 @@ mod tests {
         let s = stream(1);
         let x = a.allocate(1000, s).unwrap();
         let y = a.allocate(1000, s).unwrap();
-        assert_eq!(y.ptr, x.ptr.add(1024));
+        assert_eq!(y.ptr, x.ptr.byte_offset(1024));
         assert_eq!(fake.st().mallocs_ok, 1);
         assert_eq!(a.stats().cache_hits, 1);
         assert_eq!(a.blocks_in_segment(x.ptr), 3);
@@ -1237,8 +1266,8 @@ mod tests {
         let l1 = a.allocate(4 * MIB, s).unwrap();
         let l2 = a.allocate(8 * MIB, s).unwrap();
         let l3 = a.allocate(8 * MIB, s).unwrap();
-        assert_eq!(l2.ptr, l1.ptr.add(4 * MIB));
-        assert_eq!(l3.ptr, l1.ptr.add(12 * MIB));
+        assert_eq!(l2.ptr, l1.ptr.byte_offset(4 * MIB));
+        assert_eq!(l3.ptr, l1.ptr.byte_offset(12 * MIB));
         assert_eq!(fake.st().mallocs_ok, 2);
         assert_eq!(a.blocks_in_segment(l1.ptr), 3);
         // The segment is used up: the next large request needs a new one.
@@ -1247,7 +1276,7 @@ mod tests {
         // A remainder of exactly 1 MiB is not split off in the large pool.
         a.free(l3);
         let l5 = a.allocate(7 * MIB, s).unwrap();
-        assert_eq!(l5.ptr, l1.ptr.add(12 * MIB));
+        assert_eq!(l5.ptr, l1.ptr.byte_offset(12 * MIB));
         assert_eq!(a.block_size(l5.ptr), 8 * MIB);
         a.check();
         for b in [x, y, l1, l2, l4, l5] {
@@ -1327,7 +1356,10 @@ mod tests {
         }
         assert_eq!(fake.calls(), calls, "the hot path called the backend");
         let after = a.stats();
-        assert_eq!(after.cache_hits - before.cache_hits, 50 * sizes.len() as u64);
+        assert_eq!(
+            after.cache_hits - before.cache_hits,
+            50 * sizes.len() as u64
+        );
         assert_eq!(after.device_mallocs, before.device_mallocs);
         a.check();
     }
@@ -1362,7 +1394,10 @@ mod tests {
         {
             let f = fake.st();
             assert_eq!((f.event_creates, f.event_records), (1, 1));
-            assert_eq!(f.recorded_on.values().copied().collect::<Vec<_>>(), vec![0x5002]);
+            assert_eq!(
+                f.recorded_on.values().copied().collect::<Vec<_>>(),
+                vec![0x5002]
+            );
         }
         let st = a.stats();
         assert_eq!((st.pending_blocks, st.pending_bytes), (1, 64 * KIB));
@@ -1469,8 +1504,12 @@ mod tests {
         let y = a.allocate(30 * MIB, s1).unwrap();
         assert_eq!(y.ptr, xp);
         let st = a.stats();
-        assert_eq!((st.oom_retries, st.device_frees, st.pending_blocks), (1, 0, 0));
-        assert_eq!((fake.st().syncs, fake.st().malloc_calls), (1, 2));
+        assert_eq!(
+            (st.oom_retries, st.device_frees, st.pending_blocks),
+            (1, 0, 0)
+        );
+        let f = fake.st();
+        assert_eq!((f.syncs, f.malloc_calls), (1, 2));
         a.free(y);
         a.check();
     }
@@ -1503,7 +1542,16 @@ mod tests {
         // Other errors pass through unchanged, without a retry.
         fake.st().fail_other = true;
         let err = a.allocate(MIB, s).unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument { op: "hipMalloc", .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                Error::InvalidArgument {
+                    op: "hipMalloc",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
         assert_eq!(a.stats().oom_retries, 1);
         fake.st().fail_other = false;
         // A request that cannot even be rounded is out of memory.
@@ -1555,13 +1603,25 @@ mod tests {
         assert_eq!(fake.calls(), 0);
         let st = a.stats();
         assert_eq!((st.allocations, st.frees, st.active_blocks), (1, 1, 0));
-        assert_eq!((st.allocated_bytes, st.reserved_bytes, st.cache_hits), (0, 0, 0));
+        assert_eq!(
+            (st.allocated_bytes, st.reserved_bytes, st.cache_hits),
+            (0, 0, 0)
+        );
         // A foreign pointer is ignored, not a panic.
         a.free(Allocation {
             ptr: DevicePtr(0x1234),
             size: 8,
         });
         assert_eq!(a.stats().frees, 2);
+        // So is an allocation that does not match its block.
+        let x = a.allocate(512, s).unwrap();
+        a.free(Allocation {
+            ptr: x.ptr,
+            size: 4096,
+        });
+        assert_eq!(a.stats().active_blocks, 1);
+        a.free(x);
+        assert_eq!((a.stats().active_blocks, a.stats().frees), (0, 4));
         a.check();
     }
 
@@ -1580,6 +1640,42 @@ mod tests {
         assert!(f.live.is_empty());
         assert!(f.events.is_empty());
         assert_eq!(f.event_destroys, f.event_creates);
+    }
+
+    #[test]
+    fn concurrent_use_keeps_the_books() {
+        let (a, fake) = setup(usize::MAX);
+        std::thread::scope(|scope| {
+            for t in 0..4u64 {
+                let a = &a;
+                scope.spawn(move || {
+                    let s = stream(t + 1);
+                    let mut rng = Lcg(t);
+                    let mut live = Vec::new();
+                    for _ in 0..500 {
+                        if rng.below(2) == 0 || live.is_empty() {
+                            let n = rng.below(3 * MIB as u64) as usize;
+                            live.push(a.allocate(n, s).unwrap());
+                        } else {
+                            let i = rng.below(live.len() as u64) as usize;
+                            let x = live.swap_remove(i);
+                            a.record_stream(&x, stream((t + 1) % 4 + 1));
+                            a.free(x);
+                        }
+                    }
+                    for x in live {
+                        a.free(x);
+                    }
+                });
+            }
+        });
+        a.check();
+        let st = a.stats();
+        assert_eq!(st.allocations, st.frees);
+        assert_eq!((st.allocated_bytes, st.active_blocks), (0, 0));
+        a.empty_cache().unwrap();
+        assert_eq!(a.stats().reserved_bytes, 0);
+        assert!(fake.st().live.is_empty());
     }
 
     /// A fixed-seed LCG (Knuth's MMIX constants).
@@ -1604,13 +1700,14 @@ mod tests {
         let mut rng = Lcg(0x5eed);
         let mut streams: Vec<u64> = vec![1, 2, 3];
         let mut next_stream = 4;
+        let mut max_pending = 0;
         // Model.
         let mut live: Vec<(Allocation, u64)> = Vec::new();
         let (mut allocations, mut frees, mut ooms, mut zero_sized) = (0u64, 0u64, 0u64, 0u64);
         let (mut peak_alloc, mut peak_res) = (0usize, 0usize);
         for step in 0..4000 {
             match rng.below(100) {
-                0..=54 => {
+                0..=44 => {
                     let n = match rng.below(20) {
                         0 => 0,
                         1..=12 => rng.below(64 * KIB as u64) as usize + 1,
@@ -1635,33 +1732,41 @@ mod tests {
                             ooms += 1;
                             let st = a.stats();
                             assert_eq!(requested, n);
-                            assert_eq!((reserved, allocated), (st.reserved_bytes, st.allocated_bytes));
+                            assert_eq!(
+                                (reserved, allocated),
+                                (st.reserved_bytes, st.allocated_bytes)
+                            );
                         }
                         Err(e) => panic!("step {step}: {e:?}"),
                     }
                 }
-                55..=89 if !live.is_empty() => {
+                45..=91 if !live.is_empty() => {
                     let i = rng.below(live.len() as u64) as usize;
                     let (x, _) = live.swap_remove(i);
                     a.free(x);
                     frees += 1;
                 }
-                90..=94 if !live.is_empty() => {
+                92..=95 if !live.is_empty() => {
                     let i = rng.below(live.len() as u64) as usize;
                     let other = streams[rng.below(streams.len() as u64) as usize];
                     a.record_stream(&live[i].0, stream(other));
                 }
-                95..=96 => fake.complete_all_events(),
+                96 => fake.complete_all_events(),
                 97 => a.empty_cache().unwrap(),
                 98 => {
-                    // Retire a stream with no live block of its own and start a new one.
+                    // A stream is retired once its own buffers are gone; start a new one.
                     let i = rng.below(streams.len() as u64) as usize;
                     let sid = streams[i];
-                    if live.iter().all(|(_, s)| *s != sid) {
-                        a.stream_retired(sid);
-                        streams[i] = next_stream;
-                        next_stream += 1;
+                    let (mine, others): (Vec<_>, Vec<_>) =
+                        live.drain(..).partition(|(_, s)| *s == sid);
+                    live = others;
+                    for (x, _) in mine {
+                        a.free(x);
+                        frees += 1;
                     }
+                    a.stream_retired(sid);
+                    streams[i] = next_stream;
+                    next_stream += 1;
                 }
                 _ => {
                     a.reset_peak_stats();
@@ -1675,6 +1780,7 @@ mod tests {
             let f = fake.st();
             peak_alloc = peak_alloc.max(st.allocated_bytes);
             peak_res = peak_res.max(st.reserved_bytes);
+            max_pending = max_pending.max(st.pending_blocks);
             assert_eq!(st.allocations, allocations, "step {step}");
             assert_eq!(st.frees, frees);
             let blocks: Vec<_> = live.iter().filter(|(x, _)| x.size > 0).collect();
@@ -1684,14 +1790,20 @@ mod tests {
             for (x, _) in &blocks {
                 let rounded = round_size(x.size).unwrap();
                 let size = a.block_size(x.ptr);
-                assert!(size >= rounded && size - rounded <= MIB, "{size} for {rounded}");
+                assert!(
+                    size >= rounded && size - rounded <= MIB,
+                    "{size} for {rounded}"
+                );
             }
             assert_eq!(st.reserved_bytes, f.used);
             assert_eq!(st.segments, f.live.len());
             assert_eq!(st.device_mallocs, f.mallocs_ok);
             assert_eq!(st.device_frees, f.free_calls);
             // Every request was a zero-byte one, a cache hit or served by a new segment.
-            assert_eq!(st.allocations, st.cache_hits + st.device_mallocs + zero_sized);
+            assert_eq!(
+                st.allocations,
+                st.cache_hits + st.device_mallocs + zero_sized
+            );
             // Every failed device allocation was followed by a retry or reported.
             assert_eq!(f.malloc_calls - f.mallocs_ok, st.oom_retries + ooms);
             assert_eq!(st.peak_allocated_bytes, peak_alloc, "step {step}");
@@ -1710,13 +1822,23 @@ mod tests {
                 assert!(hi <= base + size as u64);
             }
         }
-        assert!(ooms > 0 || a.stats().oom_retries > 0, "the sequence never hit the OOM path");
+        // The sequence covers every path.
+        let st = a.stats();
+        assert!(ooms > 0 && st.oom_retries > ooms, "{ooms} {st:?}");
+        assert!(
+            max_pending > 1 && next_stream > 6 && st.cache_hits > 1000,
+            "{max_pending} {next_stream} {st:?}"
+        );
+        assert!(st.device_frees > 10, "{st:?}");
         for (x, _) in live {
             a.free(x);
         }
         a.empty_cache().unwrap();
         let st = a.stats();
-        assert_eq!((st.allocated_bytes, st.reserved_bytes, st.segments), (0, 0, 0));
+        assert_eq!(
+            (st.allocated_bytes, st.reserved_bytes, st.segments),
+            (0, 0, 0)
+        );
         assert!(fake.st().live.is_empty());
         a.check();
     }
