@@ -33,13 +33,17 @@ fn alloc_free(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("cached", bytes), &bytes, |b, &bytes| {
             b.iter(|| drop(stream.alloc::<u8>(bytes).unwrap()))
         });
-        g.bench_with_input(BenchmarkId::new("raw_runtime", bytes), &bytes, |b, &bytes| {
-            b.iter(|| {
-                let p = hip_core::raw::device_malloc(&d, bytes).unwrap();
-                // SAFETY: `p` was just allocated on `d` and is unused.
-                unsafe { hip_core::raw::device_free(&d, p) }.unwrap();
-            })
-        });
+        g.bench_with_input(
+            BenchmarkId::new("raw_runtime", bytes),
+            &bytes,
+            |b, &bytes| {
+                b.iter(|| {
+                    let p = hip_core::raw::device_malloc(&d, bytes).unwrap();
+                    // SAFETY: `p` was just allocated on `d` and is unused.
+                    unsafe { hip_core::raw::device_free(&d, p) }.unwrap();
+                })
+            },
+        );
     }
     g.finish();
 }
@@ -77,7 +81,9 @@ fn copies(c: &mut Criterion) {
     g.bench_function("device_to_device_256MiB", |b| {
         b.iter_custom(|iters| {
             time_on_stream(d, &stream, iters, || {
-                dst.as_mut_slice().copy_from_device(&src.as_slice()).unwrap()
+                dst.as_mut_slice()
+                    .copy_from_device(&src.as_slice())
+                    .unwrap()
             })
         })
     });

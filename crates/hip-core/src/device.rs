@@ -151,7 +151,9 @@ impl Device {
     pub fn default_stream(&self) -> Stream {
         match self.inner.default_stream.get() {
             Some(s) => s.clone(),
-            None => unreachable!("Device::new sets the default stream before handing out the device"),
+            None => {
+                unreachable!("Device::new sets the default stream before handing out the device")
+            }
         }
     }
 

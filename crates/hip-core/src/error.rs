@@ -13,7 +13,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// A runtime API call returned an error code.
-    #[error("{call} failed with {name} ({code}): {message}{}", ContextSuffix(context))]
+    #[error(
+        "{call} failed with {name} ({code}): {message}{}",
+        ContextSuffix(context)
+    )]
     Api {
         /// The API function, e.g. `hipMemcpyAsync` or `cuLaunchKernel`.
         call: &'static str,

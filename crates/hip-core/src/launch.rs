@@ -71,8 +71,7 @@ impl KernelArgs {
     /// Appends a plain-data value.
     pub fn push<T: DeviceRepr>(&mut self, value: T) {
         // SAFETY: `DeviceRepr` types have no padding and align to at most 8 bytes.
-        unsafe { self.push_raw(value) }
-            .expect("DeviceRepr types are at most 8-byte aligned")
+        unsafe { self.push_raw(value) }.expect("DeviceRepr types are at most 8-byte aligned")
     }
 
     /// Appends any `Copy` value, e.g. a `#[repr(C)]` struct the kernel takes by value.
@@ -85,7 +84,11 @@ impl KernelArgs {
         if align_of::<T>() > align_of::<u64>() {
             return Err(Error::invalid(
                 "KernelArgs::push_raw",
-                format!("{} is aligned to {} bytes; at most 8 are supported", std::any::type_name::<T>(), align_of::<T>()),
+                format!(
+                    "{} is aligned to {} bytes; at most 8 are supported",
+                    std::any::type_name::<T>(),
+                    align_of::<T>()
+                ),
             ));
         }
         let start = self.words.len();
@@ -111,7 +114,9 @@ impl KernelArgs {
     pub fn bytes(&self, i: usize) -> Option<&[u8]> {
         let &(start, len) = self.spans.get(i)?;
         // SAFETY: argument `i` occupies `len` initialised bytes from word `start`.
-        Some(unsafe { std::slice::from_raw_parts(self.words.as_ptr().add(start).cast::<u8>(), len) })
+        Some(unsafe {
+            std::slice::from_raw_parts(self.words.as_ptr().add(start).cast::<u8>(), len)
+        })
     }
 
     /// The `kernelParams` array: one pointer per argument into this buffer. Valid while `self`
@@ -300,7 +305,13 @@ impl<'a> LaunchBuilder<'a> {
                 params.as_mut_ptr(),
             )
         }
-        .context(|| format!("launching kernel `{}` with {:?}", self.function.name(), self.config))
+        .context(|| {
+            format!(
+                "launching kernel `{}` with {:?}",
+                self.function.name(),
+                self.config
+            )
+        })
     }
 }
 
@@ -311,13 +322,24 @@ pub(crate) fn validate_config(
     attrs: &crate::FunctionAttributes,
     name: &str,
 ) -> Result<()> {
-    let fail = |reason: String| Err(Error::invalid("kernel launch", format!("`{name}`: {reason}")));
-    for (axis, (&g, &max)) in ["x", "y", "z"].iter().zip(config.grid.iter().zip(&props.max_grid_dim)) {
+    let fail = |reason: String| {
+        Err(Error::invalid(
+            "kernel launch",
+            format!("`{name}`: {reason}"),
+        ))
+    };
+    for (axis, (&g, &max)) in ["x", "y", "z"]
+        .iter()
+        .zip(config.grid.iter().zip(&props.max_grid_dim))
+    {
         if g == 0 || (max > 0 && g > max) {
             return fail(format!("grid.{axis} = {g} is outside 1..={max}"));
         }
     }
-    for (axis, (&b, &max)) in ["x", "y", "z"].iter().zip(config.block.iter().zip(&props.max_block_dim)) {
+    for (axis, (&b, &max)) in ["x", "y", "z"]
+        .iter()
+        .zip(config.block.iter().zip(&props.max_block_dim))
+    {
         if b == 0 || (max > 0 && b > max) {
             return fail(format!("block.{axis} = {b} is outside 1..={max}"));
         }
@@ -359,14 +381,18 @@ mod tests {
         assert_eq!(a.bytes(0).unwrap(), &[7]);
         assert_eq!(a.bytes(1).unwrap(), &(-2i32).to_ne_bytes());
         assert_eq!(a.bytes(2).unwrap(), &1.5f64.to_ne_bytes());
-        assert_eq!(a.bytes(3).unwrap(), &half::f16::from_f32(2.0).to_bits().to_ne_bytes());
+        assert_eq!(
+            a.bytes(3).unwrap(),
+            &half::f16::from_f32(2.0).to_bits().to_ne_bytes()
+        );
         assert_eq!(a.bytes(4).unwrap(), &0xdead_beef_0000_0001u64.to_ne_bytes());
         let ptrs = a.param_pointers();
         assert_eq!(ptrs.len(), 5);
         for (i, p) in ptrs.iter().enumerate() {
             assert_eq!(*p as usize % 8, 0, "argument {i} is not 8-byte aligned");
             // SAFETY: each pointer addresses the argument's bytes inside `a`.
-            let got = unsafe { std::slice::from_raw_parts(*p as *const u8, a.bytes(i).unwrap().len()) };
+            let got =
+                unsafe { std::slice::from_raw_parts(*p as *const u8, a.bytes(i).unwrap().len()) };
             assert_eq!(got, a.bytes(i).unwrap());
         }
     }
@@ -429,8 +455,13 @@ mod tests {
         let ok = LaunchConfig::for_elements(10, 256);
         assert!(validate_config(&ok, &props(), &attrs, "k").is_ok());
         let too_many = LaunchConfig::for_elements(10, 512);
-        let e = validate_config(&too_many, &props(), &attrs, "k").unwrap_err().to_string();
-        assert!(e.contains("512 threads per block exceed the limit of 256"), "{e}");
+        let e = validate_config(&too_many, &props(), &attrs, "k")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("512 threads per block exceed the limit of 256"),
+            "{e}"
+        );
         let mut zero = ok;
         zero.grid = [0, 1, 1];
         assert!(validate_config(&zero, &props(), &attrs, "k").is_err());

@@ -65,7 +65,7 @@ pub mod sys;
 
 pub use alloc::AllocatorStats;
 pub use device::{current_device, device_count, set_current_device, Device};
-pub use driver::{platform, DevicePtr, DeviceProperties, FunctionAttributes, Platform};
+pub use driver::{platform, DeviceProperties, DevicePtr, FunctionAttributes, Platform};
 pub use error::{Error, Result, ResultExt};
 pub use event::Event;
 pub use launch::{KernelArg, KernelArgs, LaunchBuilder, LaunchConfig, NullPtr};

@@ -125,8 +125,14 @@ mod tests {
         let err = spec.open().unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, Error::LibraryNotFound { .. }));
-        assert!(msg.contains("/nonexistent/rocm/lib/libhipcore_does_not_exist.so.6"), "{msg}");
-        assert!(msg.contains("/opt/rocm/lib/libhipcore_does_not_exist.so.6"), "{msg}");
+        assert!(
+            msg.contains("/nonexistent/rocm/lib/libhipcore_does_not_exist.so.6"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("/opt/rocm/lib/libhipcore_does_not_exist.so.6"),
+            "{msg}"
+        );
         assert!(msg.contains("ROCM_PATH"), "{msg}");
         assert!(msg.contains("Install ROCm"), "{msg}");
     }

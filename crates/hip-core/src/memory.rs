@@ -35,7 +35,22 @@ macro_rules! device_repr {
         unsafe impl DeviceRepr for $t {}
     )*};
 }
-device_repr!(u8, i8, u16, i16, u32, i32, u64, i64, usize, isize, f32, f64, half::f16, half::bf16);
+device_repr!(
+    u8,
+    i8,
+    u16,
+    i16,
+    u32,
+    i32,
+    u64,
+    i64,
+    usize,
+    isize,
+    f32,
+    f64,
+    half::f16,
+    half::bf16
+);
 
 fn byte_len<T>(op: &'static str, len: usize) -> Result<usize> {
     len.checked_mul(size_of::<T>())
@@ -88,10 +103,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// Allocates `len` elements on `stream` (contents unspecified).
     pub fn new(stream: &Stream, len: usize) -> Result<Self> {
         let bytes = byte_len::<T>("DeviceBuffer::new", len)?;
-        let allocation = stream
-            .device()
-            .allocator()
-            .allocate(bytes, stream.key())?;
+        let allocation = stream.device().allocator().allocate(bytes, stream.key())?;
         Ok(DeviceBuffer {
             allocation: Some(allocation),
             len,
@@ -263,7 +275,9 @@ impl<'a, T: DeviceRepr> DeviceSlice<'a, T> {
 
     /// Device address of the view's first element.
     pub fn device_ptr(&self) -> DevicePtr {
-        self.buf.device_ptr().add(self.offset * size_of::<T>())
+        self.buf
+            .device_ptr()
+            .byte_offset(self.offset * size_of::<T>())
     }
 
     /// A sub-view of `range`, relative to this view.
@@ -351,7 +365,9 @@ impl<'a, T: DeviceRepr> DeviceSliceMut<'a, T> {
 
     /// Device address of the view's first element.
     pub fn device_ptr(&self) -> DevicePtr {
-        self.buf.device_ptr().add(self.offset * size_of::<T>())
+        self.buf
+            .device_ptr()
+            .byte_offset(self.offset * size_of::<T>())
     }
 
     /// The stream of the buffer this view borrows.
@@ -617,7 +633,10 @@ impl<H: Send + 'static> PendingCopy<H> {
             e.synchronize()?;
         }
         self.event = None;
-        Ok(self.host.take().expect("PendingCopy holds its host memory until waited"))
+        Ok(self
+            .host
+            .take()
+            .expect("PendingCopy holds its host memory until waited"))
     }
 }
 
@@ -643,11 +662,11 @@ impl Stream {
         dst: &mut DeviceSliceMut<'_, T>,
     ) -> Result<PendingCopy<H>> {
         let n = src.host_slice().len();
+        let bytes = std::mem::size_of_val(src.host_slice());
         check_same_len("Stream::copy_to_device_async", dst.len(), n)?;
         self.check_device("Stream::copy_to_device_async", dst.stream().device())?;
         self.wait_for(dst.stream())?;
         dst.note_use_on(self);
-        let bytes = n * size_of::<T>();
         if bytes > 0 {
             self.device().make_current()?;
             // SAFETY: the destination lies in a live allocation recorded for this stream; the
@@ -676,11 +695,11 @@ impl Stream {
         mut dst: H,
     ) -> Result<PendingCopy<H>> {
         let n = dst.host_slice_mut().len();
+        let bytes = std::mem::size_of_val(dst.host_slice_mut());
         check_same_len("Stream::copy_to_host_async", n, src.len())?;
         self.check_device("Stream::copy_to_host_async", src.buf.device())?;
         self.wait_for(&src.buf.stream)?;
         src.note_use_on(self);
-        let bytes = n * size_of::<T>();
         if bytes > 0 {
             self.device().make_current()?;
             // SAFETY: the source lies in a live allocation recorded for this stream; the host

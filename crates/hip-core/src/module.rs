@@ -24,13 +24,19 @@ struct ModuleInner {
 impl Module {
     pub(crate) fn load(device: Device, image: &[u8]) -> Result<Module> {
         if image.is_empty() {
-            return Err(Error::invalid("Module::load", "the code-object image is empty"));
+            return Err(Error::invalid(
+                "Module::load",
+                "the code-object image is empty",
+            ));
         }
         device.make_current()?;
-        let raw = device
-            .driver()
-            .module_load_data(image)
-            .context(|| format!("loading a {}-byte module on device {}", image.len(), device.ordinal()))?;
+        let raw = device.driver().module_load_data(image).context(|| {
+            format!(
+                "loading a {}-byte module on device {}",
+                image.len(),
+                device.ordinal()
+            )
+        })?;
         Ok(Module {
             inner: Arc::new(ModuleInner { device, raw }),
         })

@@ -80,7 +80,10 @@ pub fn cache_dir() -> Option<PathBuf> {
         std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/hip-core/kernels")),
         Some(std::env::temp_dir().join(format!("hip-core-{}/kernels", user_tag()))),
     ];
-    candidates.into_iter().flatten().find(|d| is_writable_dir(d))
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| is_writable_dir(d))
 }
 
 fn user_tag() -> String {
@@ -117,7 +120,12 @@ pub fn cache_write(dir: &Path, key: &str, image: &[u8]) -> Result<()> {
 }
 
 /// Compiles `source` for `arch` on the current platform, through the disk cache.
-pub fn compile(program: &str, source: &str, arch: &str, options: &[String]) -> Result<CompiledImage> {
+pub fn compile(
+    program: &str,
+    source: &str,
+    arch: &str,
+    options: &[String],
+) -> Result<CompiledImage> {
     let d = driver()?;
     let compiler_version = d.rtc_version()?;
     let key = cache_key(&CacheKeyInput {
@@ -180,13 +188,32 @@ mod tests {
     fn cache_key_changes_with_every_input() {
         let opts = vec!["-O3".to_string()];
         let base = cache_key(&input(&opts));
-        let mut variants = Vec::new();
-        variants.push(CacheKeyInput { platform: "nvidia", ..input(&opts) });
-        variants.push(CacheKeyInput { compiler_version: "hiprtc 7.0", ..input(&opts) });
-        variants.push(CacheKeyInput { runtime_version: 1, ..input(&opts) });
-        variants.push(CacheKeyInput { arch: "gfx1100", ..input(&opts) });
-        variants.push(CacheKeyInput { program: "other", ..input(&opts) });
-        variants.push(CacheKeyInput { source: "x", ..input(&opts) });
+        let mut variants = vec![
+            CacheKeyInput {
+                platform: "nvidia",
+                ..input(&opts)
+            },
+            CacheKeyInput {
+                compiler_version: "hiprtc 7.0",
+                ..input(&opts)
+            },
+            CacheKeyInput {
+                runtime_version: 1,
+                ..input(&opts)
+            },
+            CacheKeyInput {
+                arch: "gfx1100",
+                ..input(&opts)
+            },
+            CacheKeyInput {
+                program: "other",
+                ..input(&opts)
+            },
+            CacheKeyInput {
+                source: "x",
+                ..input(&opts)
+            },
+        ];
         let no_opts: Vec<String> = vec![];
         variants.push(input(&no_opts));
         let split = vec!["-O".to_string(), "3".to_string()];

@@ -75,8 +75,12 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         self.device().make_current()?;
         // SAFETY: the stream is alive while `self` is.
-        unsafe { self.device().driver().stream_synchronize(self.raw()) }
-            .context(|| format!("synchronizing a stream of device {}", self.device().ordinal()))
+        unsafe { self.device().driver().stream_synchronize(self.raw()) }.context(|| {
+            format!(
+                "synchronizing a stream of device {}",
+                self.device().ordinal()
+            )
+        })
     }
 
     /// `true` when all work queued on this stream has finished.
@@ -91,7 +95,11 @@ impl Stream {
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.device().make_current()?;
         // SAFETY: both handles are alive while `self` and `event` are.
-        unsafe { self.device().driver().stream_wait_event(self.raw(), event.raw()) }
+        unsafe {
+            self.device()
+                .driver()
+                .stream_wait_event(self.raw(), event.raw())
+        }
     }
 
     /// Makes work queued on this stream from now on wait for the work queued on `other` so far.

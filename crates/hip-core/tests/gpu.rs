@@ -377,7 +377,13 @@ fn invalid_launch_configuration_is_an_error() {
     let mut wide = too_many;
     wide.block = [d.properties().max_block_dim[0] + 1, 1, 1];
     // SAFETY: as above, rejected before it runs.
-    let r = unsafe { fill.builder(&stream, wide).arg(&mut out).arg(1u32).arg(4096u64).launch() };
+    let r = unsafe {
+        fill.builder(&stream, wide)
+            .arg(&mut out)
+            .arg(1u32)
+            .arg(4096u64)
+            .launch()
+    };
     assert!(r.unwrap_err().to_string().contains("block.x"));
     // The stream and device are fine afterwards.
     launch_fill(&fill, &stream, &mut out, 3);
