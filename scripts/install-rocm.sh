@@ -12,7 +12,7 @@
 #   * unstable's glibc/libstdc++ in `sysroot/` (everything from unstable needs glibc >= 2.38) and
 #     `bin/sid-run PROGRAM ARGS...`, which runs a bookworm-built program under that glibc so that it
 #     can dlopen the unstable ROCm libraries (cargo: CARGO_TARGET_<triple>_RUNNER=<prefix>/bin/sid-run);
-#   * `rocm/`, laid out like a ROCm install (include/, lib/, bin/, llvm/, amdgcn/), for ROCM_PATH;
+#   * `rocm/`, laid out like a ROCm install (include/ lib/ bin/ share/ llvm/ amdgcn/), for ROCM_PATH;
 #   * `env.sh` (source it), MANIFEST.txt (package, version, size) and a stamp file.
 #
 # The toolchain executables are patched to use the prefix's own ld.so by absolute path: do not move
@@ -159,12 +159,6 @@ done
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -r "$KEYRING" ] || die "$KEYRING is missing; install the debian-archive-keyring package."
 
-mkdir -p "$PREFIX"
-if command -v flock >/dev/null 2>&1; then
-  exec 9>"$PREFIX/.lock"
-  flock -n 9 || { note "waiting for another install-rocm run on $PREFIX ..."; flock 9; }
-fi
-
 RECIPE=$(sha256sum "$SCRIPT_PATH" 2>/dev/null | cut -c1-16 || echo unknown)
 CONFIG="format=$STAMP_FORMAT suite=$SUITE tensile=$WITH_TENSILE llvm=${LLVM_OVERRIDE:-auto} prefix=$PREFIX"
 
@@ -181,6 +175,16 @@ stamp_valid() {
   done < <(sed -n 's/^file //p' "$STAMP")
   return 0
 }
+
+if [ "$MODE" = check ]; then
+  if stamp_valid; then note "ROCm prefix up to date: $PREFIX"; exit 0; fi
+  note "ROCm prefix not up to date: $PREFIX ($WHY)"; exit 1
+fi
+mkdir -p "$PREFIX"
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$PREFIX/.lock"
+  flock -n 9 || { note "waiting for another install-rocm run on $PREFIX ..."; flock 9; }
+fi
 
 # env.sh of a Debian install; written only if its content changes
 write_env() {   # write_env <llvm major> <device lib dir>
@@ -205,13 +209,12 @@ EOF
   if cmp -s "$tmp" "$ENVFILE"; then rm -f "$tmp"; else mv -f "$tmp" "$ENVFILE"; note "wrote $ENVFILE"; fi
 }
 
-if [ "$MODE" = install ] || [ "$MODE" = check ]; then
+if [ "$MODE" = install ]; then
   if stamp_valid; then
-    [ "$MODE" = check ] || write_env "$(stamp_get llvm)" "$(stamp_get devlibs)"
+    write_env "$(stamp_get llvm)" "$(stamp_get devlibs)"
     note "ROCm prefix up to date: $PREFIX"
     exit 0
   fi
-  [ "$MODE" = check ] && { note "ROCm prefix not up to date: $PREFIX ($WHY)"; exit 1; }
   note "installing ROCm into $PREFIX ($WHY)"
 fi
 T0=$SECONDS
@@ -243,6 +246,8 @@ APT::Architecture "amd64";
 APT::Architectures { "amd64"; };
 Acquire::Languages "none";
 Acquire::Retries "3";
+Acquire::GzipIndexes "true";
+Dir::Cache::srcpkgcache "";
 EOF
   if [ "$(id -u)" = 0 ]; then echo 'APT::Sandbox::User "root";'; fi
   if [ -n "$HOST_ACQUIRE" ]; then echo "$HOST_ACQUIRE"; fi
@@ -452,6 +457,7 @@ rm -rf "$ROCMDIR"; mkdir -p "$ROCMDIR"
 ln -s ../root/usr/include "$ROCMDIR/include"
 ln -s ../root/usr/lib/x86_64-linux-gnu "$ROCMDIR/lib"
 ln -s ../bin "$ROCMDIR/bin"
+ln -s ../root/usr/share "$ROCMDIR/share"   # share/hip/version: clang's HIP detection with --hip-path=$ROCMDIR
 ln -s "../root/usr/lib/llvm-$V" "$ROCMDIR/llvm"
 ln -s "../root/$(dirname "$DEVLIB_REL")" "$ROCMDIR/amdgcn"
 
@@ -519,7 +525,8 @@ if lib.startswith("libamdhip64"):
     v = ctypes.c_int(); h.hipRuntimeGetVersion(ctypes.byref(v))
     print(f"  {lib}: runtime {v.value}; hipInit={r} ({h.hipGetErrorName(r).decode()}), devices={n.value}")
 elif lib.startswith("libhiprtc"):
-    a, b = ctypes.c_int(), ctypes.c_int(); h.hiprtcVersion(ctypes.byref(a), ctypes.byref(b))
+    a, b = ctypes.c_int(), ctypes.c_int(); r = h.hiprtcVersion(ctypes.byref(a), ctypes.byref(b))
+    if r != 0: sys.exit(f"hiprtcVersion returned {r}")
     print(f"  {lib}: hipRTC {a.value}.{b.value}")
 elif lib.startswith("librocblas"):
     b = ctypes.create_string_buffer(64); h.rocblas_get_version_string(b, ctypes.c_size_t(64))
@@ -546,6 +553,7 @@ EOF
 fi
 
 # --------------------------------------------------------------------------------- stamp
+rm -f "$APTDIR"/cache/*.bin   # 50 MB, rebuilt from the lists by the next update
 {
   echo "candle-rocm install-rocm stamp"
   echo "recipe $RECIPE"

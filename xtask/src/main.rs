@@ -24,7 +24,9 @@ fn main() -> ExitCode {
             println!("usage: cargo xtask <bindgen | install-rocm | test> [args]");
             Ok(())
         }
-        other => Err(format!("unknown xtask command `{other}`; try `cargo xtask help`")),
+        other => Err(format!(
+            "unknown xtask command `{other}`; try `cargo xtask help`"
+        )),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
