@@ -34,6 +34,18 @@ extern "C" __global__ void scale_f32(float* x, float a, unsigned long long n) {
 }
 "#;
 
+/// Tests share device 0 and its allocator. The one that checks exact allocator statistics takes
+/// this lock exclusively; every other test holds it shared, so they still run in parallel.
+static DEVICE_STATS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    DEVICE_STATS.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    DEVICE_STATS.write().unwrap_or_else(|e| e.into_inner())
+}
+
 fn device() -> Device {
     Device::new(0).expect("a GPU is required for this test")
 }
@@ -73,6 +85,7 @@ fn pattern_u32(n: usize, seed: u64) -> Vec<u32> {
 #[test]
 #[ignore = "needs a GPU"]
 fn hello_gpu_example_runs_and_checks() {
+    let _lock = shared();
     let r = hello_gpu::run(true).unwrap();
     println!("{r:?}");
     assert!(r.max_abs_error <= 1e-5 && r.sum_rel_error <= 1e-4);
@@ -81,6 +94,7 @@ fn hello_gpu_example_runs_and_checks() {
 #[test]
 #[ignore = "needs a GPU"]
 fn every_device_reports_sane_properties() {
+    let _lock = shared();
     let n = hip_core::device_count().unwrap();
     assert!(n >= 1);
     for ordinal in 0..n {
@@ -112,6 +126,7 @@ fn every_device_reports_sane_properties() {
 #[test]
 #[ignore = "needs a GPU"]
 fn copies_round_trip_for_every_size_pinned_and_pageable() {
+    let _lock = shared();
     let d = device();
     let stream = d.create_stream().unwrap();
     for &n in &[0usize, 1, 1001, (64 << 20) / 4] {
@@ -183,6 +198,7 @@ fn copies_round_trip_for_every_size_pinned_and_pageable() {
 #[test]
 #[ignore = "needs a GPU"]
 fn stream_order_and_event_timing() {
+    let _lock = shared();
     let d = device();
     let m = kernels(&d);
     let fill = m.function("fill_u32").unwrap();
@@ -213,6 +229,7 @@ fn stream_order_and_event_timing() {
 #[test]
 #[ignore = "needs a GPU"]
 fn two_streams_with_a_cross_stream_dependency() {
+    let _lock = shared();
     let d = device();
     let m = kernels(&d);
     let fill = m.function("fill_u32").unwrap();
@@ -252,6 +269,7 @@ fn two_streams_with_a_cross_stream_dependency() {
 #[test]
 #[ignore = "needs a GPU"]
 fn allocator_reuses_cached_blocks_and_stats_add_up() {
+    let _lock = exclusive();
     let d = device();
     let stream = d.create_stream().unwrap();
     let before = d.memory_stats();
@@ -288,6 +306,7 @@ fn allocator_reuses_cached_blocks_and_stats_add_up() {
 #[test]
 #[ignore = "needs a GPU"]
 fn out_of_memory_is_a_clean_error_and_the_device_stays_usable() {
+    let _lock = shared();
     let d = device();
     let stream = d.create_stream().unwrap();
     let total = d.properties().total_memory;
@@ -302,6 +321,7 @@ fn out_of_memory_is_a_clean_error_and_the_device_stays_usable() {
 #[test]
 #[ignore = "needs a GPU"]
 fn jit_compile_launch_and_disk_cache_hit() {
+    let _lock = shared();
     let d = device();
     // A unique source, so that the first compile in this process is a cache miss.
     let nonce = format!(
@@ -352,6 +372,7 @@ fn jit_compile_launch_and_disk_cache_hit() {
 #[test]
 #[ignore = "needs a GPU"]
 fn invalid_launch_configuration_is_an_error() {
+    let _lock = shared();
     let d = device();
     let m = kernels(&d);
     let fill = m.function("fill_u32").unwrap();
@@ -393,6 +414,7 @@ fn invalid_launch_configuration_is_an_error() {
 #[test]
 #[ignore = "needs a GPU"]
 fn many_threads_at_once() {
+    let _lock = shared();
     let d = device();
     let m = Arc::new(kernels(&d));
     let handles: Vec<_> = (0..8u32)
@@ -425,6 +447,7 @@ fn many_threads_at_once() {
 #[test]
 #[ignore = "needs a GPU"]
 fn buffers_used_on_another_stream_are_not_reused_early() {
+    let _lock = shared();
     let d = device();
     let m = kernels(&d);
     let fill = m.function("fill_u32").unwrap();
@@ -459,6 +482,7 @@ fn buffers_used_on_another_stream_are_not_reused_early() {
 #[test]
 #[ignore = "needs two GPUs"]
 fn two_devices_copy_between_them() {
+    let _lock = shared();
     let count = hip_core::device_count().unwrap();
     assert!(
         count >= 2,
@@ -512,6 +536,7 @@ extern "C" __global__ void warp_ops(const unsigned* x, unsigned* out) {
 #[test]
 #[ignore = "needs a GPU"]
 fn half_precision_types_and_warp_intrinsics_are_portable() {
+    let _lock = shared();
     use half::{bf16, f16};
     let d = device();
     let m = d.compile("portability", PORTABILITY_KERNELS, &[]).unwrap();
