@@ -293,6 +293,26 @@ impl<'a, T: DeviceRepr> DeviceSlice<'a, T> {
     /// Copies the view into `dst` (same length) on the buffer's stream and waits.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         check_same_len("DeviceSlice::copy_to_host", dst.len(), self.len)?;
+        // SAFETY: `dst` is a writable host slice of exactly `len` elements.
+        unsafe { self.copy_to_host_raw(dst.as_mut_ptr()) }
+    }
+
+    /// Copies the view into a new host vector.
+    pub fn to_host_vec(&self) -> Result<Vec<T>> {
+        let mut v: Vec<T> = Vec::with_capacity(self.len);
+        // SAFETY: `v` has capacity for `len` elements.
+        unsafe { self.copy_to_host_raw(v.as_mut_ptr())? };
+        // SAFETY: the synchronized copy initialised all `len` elements, and `T: DeviceRepr`
+        // accepts any bit pattern.
+        unsafe { v.set_len(self.len) };
+        Ok(v)
+    }
+
+    /// Copies the view to `dst` on the buffer's stream and waits for the stream.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` elements.
+    unsafe fn copy_to_host_raw(&self, dst: *mut T) -> Result<()> {
         if self.len == 0 {
             return Ok(());
         }
@@ -300,46 +320,15 @@ impl<'a, T: DeviceRepr> DeviceSlice<'a, T> {
         let device = stream.device();
         device.make_current()?;
         let bytes = self.len * size_of::<T>();
-        // SAFETY: the source range lies inside the live allocation; `dst` is a writable host
-        // slice of the same byte length that we hold borrowed until the stream is synchronized.
+        // SAFETY: the source range lies inside the live allocation; the caller guarantees `dst`
+        // takes `bytes`, and we wait for the stream before returning.
         unsafe {
-            device.driver().memcpy_dtoh_async(
-                dst.as_mut_ptr().cast(),
-                self.device_ptr(),
-                bytes,
-                stream.raw(),
-            )
+            device
+                .driver()
+                .memcpy_dtoh_async(dst.cast(), self.device_ptr(), bytes, stream.raw())
         }
         .context(|| format!("copying {bytes} bytes from device {}", device.ordinal()))?;
         stream.synchronize()
-    }
-
-    /// Copies the view into a new host vector.
-    pub fn to_host_vec(&self) -> Result<Vec<T>> {
-        let mut v: Vec<T> = Vec::with_capacity(self.len);
-        if self.len == 0 {
-            return Ok(v);
-        }
-        let stream = &self.buf.stream;
-        let device = stream.device();
-        device.make_current()?;
-        let bytes = self.len * size_of::<T>();
-        // SAFETY: `v` has capacity for `len` elements; the copy writes exactly `bytes` into it and
-        // we wait for the stream before reading; the source range lies in the live allocation.
-        unsafe {
-            device.driver().memcpy_dtoh_async(
-                v.as_mut_ptr().cast(),
-                self.device_ptr(),
-                bytes,
-                stream.raw(),
-            )
-        }
-        .context(|| format!("copying {bytes} bytes from device {}", device.ordinal()))?;
-        stream.synchronize()?;
-        // SAFETY: the synchronized copy initialised all `len` elements, and `T: DeviceRepr`
-        // accepts any bit pattern.
-        unsafe { v.set_len(self.len) };
-        Ok(v)
     }
 
     fn note_use_on(&self, stream: &Stream) {
