@@ -1,5 +1,19 @@
-//! # rocm-kernels (not implemented yet)
+//! # rocm-kernels: candle-rocm's HIP kernels
 //!
-//! Will hold candle-rocm's HIP kernel sources (`kernels/*.hip`), the ahead-of-time bundles built
-//! by `cargo xtask build-kernels`, and typed launch wrappers with `SlicePtrOrNull` layout info.
-//! Tracked by the kernels/backend issue. This crate exposes no API yet.
+//! * `kernels/*.hip`: portable HIP sources, one module per op family, written once for AMD
+//!   (wavefront 32 or 64) and NVIDIA (through hip-core's NVRTC shim); `kernels/prelude.h` holds
+//!   the shared dtype definitions and helpers and is prepended to every module.
+//! * [`dtype`]: the element types kernels are instantiated for.
+//! * [`layout`]: `SlicePtrOrNull` layout info (dims + per-operand strides, or null when every
+//!   operand is contiguous).
+//! * [`elementwise`]: typed launch wrappers for the element-wise families.
+//!
+//! Work in progress (the kernels/backend issue): the module loader (AOT bundle or JIT), the
+//! bundle parser and `cargo xtask build-kernels` are being added.
+
+pub mod dtype;
+pub mod error;
+pub mod layout;
+
+pub use dtype::KernelDType;
+pub use error::{Error, Result};
