@@ -14,6 +14,7 @@
 pub mod dtype;
 pub mod error;
 pub mod layout;
+pub mod modules;
 
 pub use dtype::KernelDType;
 pub use error::{Error, Result};
