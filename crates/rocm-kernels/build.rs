@@ -1,18 +1,27 @@
-//! Generates the table of kernel modules from `kernels/*.hip` (and `kernels/prelude.h`), so that
-//! adding a module is adding a file.
+//! Generates, from what exists on disk:
+//!
+//! * the table of kernel modules from `kernels/*.hip` (and `kernels/prelude.h`), so that adding
+//!   a module is adding a file (`kernel_sources.rs`);
+//! * with the `aot` feature, the table of committed ahead-of-time bundles `bundles/*.hipfb`,
+//!   each embedded with `include_bytes!` together with the source hash `bundles/manifest.txt`
+//!   records for it (`kernel_bundles.rs`); without it, an empty table.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
-    println!("cargo:rerun-if-changed={}", dir.display());
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
+// The bundle/manifest format, shared with `cargo xtask build-kernels` (std only).
+#[allow(dead_code)]
+#[path = "src/bundle.rs"]
+mod bundle;
+
+/// The file stems of `dir/*.<ext>`, sorted.
+fn stems(dir: &Path, ext: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .filter_map(|e| {
                     let p = e.path();
-                    (p.extension().and_then(|x| x.to_str()) == Some("hip"))
+                    (p.extension().and_then(|x| x.to_str()) == Some(ext))
                         .then(|| p.file_stem()?.to_str().map(str::to_string))
                         .flatten()
                 })
@@ -20,9 +29,24 @@ fn main() {
         })
         .unwrap_or_default();
     names.sort();
+    names
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = std::env::var("OUT_DIR").unwrap();
+    println!("cargo:rerun-if-changed=src/bundle.rs");
+
+    // Kernel sources.
+    let dir = root.join("kernels");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let names = stems(&dir, "hip");
     let mut out = String::from("/// Every kernel module: (name, HIP source without the prelude).\npub const MODULE_SOURCES: &[(&str, &str)] = &[\n");
     for n in &names {
-        println!("cargo:rerun-if-changed={}", dir.join(format!("{n}.hip")).display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            dir.join(format!("{n}.hip")).display()
+        );
         writeln!(
             out,
             "    ({n:?}, include_str!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/kernels/{n}.hip\"))),"
@@ -30,6 +54,77 @@ fn main() {
         .unwrap();
     }
     out.push_str("];\n");
-    let out_dir = std::env::var("OUT_DIR").unwrap();
     std::fs::write(Path::new(&out_dir).join("kernel_sources.rs"), out).unwrap();
+
+    // Ahead-of-time bundles.
+    let bdir = root.join("bundles");
+    println!("cargo:rerun-if-changed={}", bdir.display());
+    let manifest_path = bdir.join(bundle::MANIFEST_FILE);
+    println!("cargo:rerun-if-changed={}", manifest_path.display());
+    let mut entries = Vec::new();
+    if std::env::var_os("CARGO_FEATURE_AOT").is_some() {
+        let bundles = stems(&bdir, "hipfb");
+        let manifest = match std::fs::read_to_string(&manifest_path) {
+            Ok(text) => match bundle::Manifest::parse(&text) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    println!(
+                        "cargo:warning=rocm-kernels: {}: {e}; no bundle embedded (every module JIT-compiles)",
+                        manifest_path.display()
+                    );
+                    None
+                }
+            },
+            Err(_) if bundles.is_empty() => None,
+            Err(e) => {
+                println!(
+                    "cargo:warning=rocm-kernels: bundles/*.hipfb without a readable {}: {e}; none embedded",
+                    manifest_path.display()
+                );
+                None
+            }
+        };
+        if let Some(manifest) = manifest {
+            for n in &bundles {
+                match manifest.module(n) {
+                    Some(rec) => {
+                        println!("cargo:rerun-if-changed={}", bdir.join(format!("{n}.hipfb")).display());
+                        entries.push((n.clone(), rec.source_sha256.clone()));
+                    }
+                    None => println!(
+                        "cargo:warning=rocm-kernels: bundles/{n}.hipfb is not in the manifest; not embedded"
+                    ),
+                }
+            }
+        }
+    }
+    let mut out = String::new();
+    if !entries.is_empty() {
+        out.push_str(
+            "/// A page-aligned wrapper, so that embedded bundles (whose entries sit at 4096-aligned\n\
+             /// offsets) hand out aligned code objects.\n\
+             #[repr(C, align(4096))]\n\
+             struct Aligned<T: ?Sized>(T);\n\n",
+        );
+    }
+    for (i, (n, _)) in entries.iter().enumerate() {
+        writeln!(
+            out,
+            "static BUNDLE_{i}: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/bundles/{n}.hipfb\")));"
+        )
+        .unwrap();
+    }
+    out.push_str(
+        "\n/// The embedded ahead-of-time bundles, sorted by module name (empty without the `aot` feature).\n\
+         pub static AOT_BUNDLES: &[EmbeddedBundle] = &[\n",
+    );
+    for (i, (n, hash)) in entries.iter().enumerate() {
+        writeln!(
+            out,
+            "    EmbeddedBundle {{ module: {n:?}, source_sha256: {hash:?}, bytes: &BUNDLE_{i}.0 }},"
+        )
+        .unwrap();
+    }
+    out.push_str("];\n");
+    std::fs::write(Path::new(&out_dir).join("kernel_bundles.rs"), out).unwrap();
 }

@@ -1,10 +1,12 @@
 //! `cargo xtask`: the workspace's automation, run as `cargo xtask <command>`.
 //!
 //! * `bindgen`: regenerate the committed FFI bindings from the ROCm headers;
+//! * `build-kernels`: compile the HIP kernels into the committed multi-arch bundles (or `--check` them);
 //! * `install-rocm`: install (or find) the ROCm headers, libraries and AMDGPU clang;
 //! * `test`: the project's test command (tier 1 everywhere, tier 2 with the ROCm libraries).
 
 mod bindgen;
+mod kernels;
 mod rocm;
 mod test;
 
@@ -18,10 +20,11 @@ fn main() -> ExitCode {
     };
     let result = match cmd {
         "bindgen" => bindgen::run(rest),
+        "build-kernels" => kernels::run(rest),
         "install-rocm" => rocm::install(rest).map(|_| ()),
         "test" => test::run(rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <bindgen | install-rocm | test> [args]");
+            println!("usage: cargo xtask <bindgen | build-kernels | install-rocm | test> [args]");
             Ok(())
         }
         other => Err(format!(

@@ -28,7 +28,6 @@ enum Needs {
     Libraries,
     /// Runs the AMDGPU toolchain: the prefix's `bin/` (`hip-clang`, ...) first on `PATH`,
     /// `ROCM_PATH` and `HIP_DEVICE_LIB_PATH` (no runner: the xtask itself runs as it is).
-    #[allow(dead_code)] // for the coming `build-kernels --check` step
     Toolchain,
 }
 
@@ -40,22 +39,28 @@ struct Tier2Step {
 }
 
 /// The tier-2 steps, in order. Add rocblas-safe / miopen-safe library tests here as
-/// `Needs::Libraries` steps, and kernel compilation as a `Needs::Toolchain` step
-/// (`&["xtask", "build-kernels", "--check"]`).
-const TIER2: &[Tier2Step] = &[Tier2Step {
-    name: "tier 2: hip-core against the ROCm libraries",
-    cargo: &[
-        "test",
-        "-p",
-        "hip-core",
-        "--test",
-        "rocm_libraries",
-        "--",
-        "--ignored",
-        "--test-threads=1",
-    ],
-    needs: Needs::Libraries,
-}];
+/// `Needs::Libraries` steps.
+const TIER2: &[Tier2Step] = &[
+    Tier2Step {
+        name: "tier 2: hip-core against the ROCm libraries",
+        cargo: &[
+            "test",
+            "-p",
+            "hip-core",
+            "--test",
+            "rocm_libraries",
+            "--",
+            "--ignored",
+            "--test-threads=1",
+        ],
+        needs: Needs::Libraries,
+    },
+    Tier2Step {
+        name: "tier 2: kernel bundles are fresh and every module compiles",
+        cargo: &["xtask", "build-kernels", "--check"],
+        needs: Needs::Toolchain,
+    },
+];
 
 enum Outcome {
     Passed,

@@ -11,7 +11,9 @@
 //! Work in progress (the kernels/backend issue): the module loader (AOT bundle or JIT), the
 //! bundle parser and `cargo xtask build-kernels` are being added.
 
+pub mod bundle;
 pub mod dtype;
+pub mod elementwise;
 pub mod error;
 pub mod layout;
 pub mod modules;

@@ -1,30 +1,69 @@
 //! Kernel modules: sources, and loading them onto a device.
 //!
 //! Every `kernels/<name>.hip` is a module; its full source is `kernels/prelude.h` followed by the
-//! file. Modules are loaded once per device and kept for the process.
+//! file ([`full_source`]). Modules are loaded once per device and kept for the process.
 //!
-//! Loading currently JIT-compiles through hip-core's run-time compilation and its disk cache
-//! (hipRTC on AMD, NVRTC on NVIDIA). Ahead-of-time bundles are being added.
+//! Loading ([`module`]):
+//!
+//! * on `amd`, when the library embeds a bundle for the module (`aot` feature, on by default;
+//!   the bundles are committed, built by `cargo xtask build-kernels`), the manifest's hash of the
+//!   source it was built from equals the hash of the current full source, and the bundle holds a
+//!   code object for the device's `gcnArchName` (target features honoured, see
+//!   [`crate::bundle::Bundle::select`]): that code object is loaded, no compiler involved;
+//! * otherwise, and always on `nvidia`, the full source is compiled at run time through hip-core
+//!   (hipRTC / NVRTC) and its on-disk cache.
+//!
+//! [`load_path`] says which way a module was loaded, and why it was JIT-compiled.
+//! `ROCM_KERNELS_JIT=1` forces run-time compilation (to compare the two, or to bypass a bad
+//! bundle).
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::OnceLock;
 
-use hip_core::{Device, Function, Module};
+use hip_core::{Device, Function, Module, Platform};
 use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
 
+use crate::bundle;
 use crate::error::{Error, Result};
 
 include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 
+/// A committed ahead-of-time bundle embedded in the library.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbeddedBundle {
+    /// The module's name.
+    pub module: &'static str,
+    /// The hex SHA-256 of the full source the bundle was built from (from the manifest).
+    pub source_sha256: &'static str,
+    /// The clang offload bundle.
+    pub bytes: &'static [u8],
+}
+
+include!(concat!(env!("OUT_DIR"), "/kernel_bundles.rs"));
+
 /// The prelude prepended to every module.
 pub const PRELUDE: &str = include_str!("../kernels/prelude.h");
+
+/// The environment variable that, set to `1`, makes every module JIT-compile.
+pub const FORCE_JIT_VAR: &str = "ROCM_KERNELS_JIT";
 
 /// The full source of module `name` (prelude + module), or `None` if there is no such module.
 pub fn full_source(name: &str) -> Option<String> {
     MODULE_SOURCES
         .iter()
         .find(|(n, _)| *n == name)
-        .map(|(_, src)| format!("{PRELUDE}\n#line 1 \"{name}.hip\"\n{src}"))
+        .map(|(_, src)| bundle::full_source(PRELUDE, name, src))
+}
+
+/// Hex SHA-256 of module `name`'s [`full_source`] (what the bundle manifest records).
+pub fn source_sha256(name: &str) -> Option<String> {
+    full_source(name).map(|s| hex(&Sha256::digest(s.as_bytes())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Compiler options every module is built with.
@@ -32,32 +71,174 @@ pub fn compile_options() -> Vec<String> {
     Vec::new()
 }
 
+/// The embedded bundle of module `name`, if any.
+pub fn embedded_bundle(name: &str) -> Option<&'static EmbeddedBundle> {
+    AOT_BUNDLES.iter().find(|b| b.module == name)
+}
+
+/// How a module was loaded onto a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadPath {
+    /// The code object for `target` (an entry of the embedded bundle) was loaded.
+    Aot {
+        /// The entry's target id, e.g. `gfx942` or `gfx90a:xnack-`.
+        target: String,
+    },
+    /// The full source was compiled at run time (hipRTC / NVRTC, through the disk cache).
+    Jit {
+        /// Why no ahead-of-time code object was used.
+        reason: JitReason,
+    },
+}
+
+/// Why a module was JIT-compiled rather than loaded from its bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JitReason {
+    /// The device is not an AMD GPU (bundles hold AMDGPU code objects only).
+    NotAmd,
+    /// `ROCM_KERNELS_JIT=1`.
+    Forced,
+    /// The library embeds no bundle for the module (none committed, or the `aot` feature off).
+    NotEmbedded,
+    /// The bundle was built from another source than the current one (rebuild it with
+    /// `cargo xtask build-kernels`).
+    Stale {
+        /// The hash the manifest records.
+        bundle: String,
+        /// The hash of the current full source.
+        current: String,
+    },
+    /// The bundle holds no code object for the device.
+    NoMatchingTarget {
+        /// The device's `gcnArchName`.
+        device_arch: String,
+        /// The bundle's targets.
+        available: Vec<String>,
+    },
+    /// The bundle or its code object is malformed.
+    BadBundle(String),
+    /// The runtime refused the code object.
+    AotLoadFailed(String),
+}
+
+impl fmt::Display for JitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JitReason::NotAmd => write!(f, "not an AMD device"),
+            JitReason::Forced => write!(f, "{FORCE_JIT_VAR}=1"),
+            JitReason::NotEmbedded => write!(f, "no embedded bundle"),
+            JitReason::Stale { bundle, current } => write!(
+                f,
+                "bundle built from another source (manifest {bundle}, current {current}); \
+                 run `cargo xtask build-kernels`"
+            ),
+            JitReason::NoMatchingTarget {
+                device_arch,
+                available,
+            } => write!(
+                f,
+                "no code object for {device_arch} (bundle has {})",
+                available.join(", ")
+            ),
+            JitReason::BadBundle(e) => write!(f, "bad bundle: {e}"),
+            JitReason::AotLoadFailed(e) => write!(f, "loading the code object failed: {e}"),
+        }
+    }
+}
+
+/// The ahead-of-time code object of module `name` for a device whose `gcnArchName` is
+/// `device_arch`, with the bundle entry's target id; or why there is none. Needs no device.
+pub fn aot_code_object(
+    name: &str,
+    device_arch: &str,
+) -> std::result::Result<(String, &'static [u8]), JitReason> {
+    let embedded = embedded_bundle(name).ok_or(JitReason::NotEmbedded)?;
+    let current = source_sha256(name).ok_or(JitReason::NotEmbedded)?;
+    if current != embedded.source_sha256 {
+        return Err(JitReason::Stale {
+            bundle: embedded.source_sha256.to_string(),
+            current,
+        });
+    }
+    let parsed =
+        bundle::parse(embedded.bytes).map_err(|e| JitReason::BadBundle(format!("{name}: {e}")))?;
+    let (target, entry) =
+        parsed
+            .select(device_arch)
+            .ok_or_else(|| JitReason::NoMatchingTarget {
+                device_arch: device_arch.to_string(),
+                available: parsed.targets(),
+            })?;
+    if !bundle::is_amdgpu_elf(entry.data) {
+        return Err(JitReason::BadBundle(format!(
+            "{name}: entry `{}` is not an AMDGPU ELF code object",
+            entry.id
+        )));
+    }
+    Ok((target.to_string(), entry.data))
+}
+
 type ModuleKey = (usize, &'static str);
 
-fn loaded() -> &'static Mutex<HashMap<ModuleKey, Module>> {
-    static LOADED: OnceLock<Mutex<HashMap<ModuleKey, Module>>> = OnceLock::new();
+fn loaded() -> &'static Mutex<HashMap<ModuleKey, (Module, LoadPath)>> {
+    static LOADED: OnceLock<Mutex<HashMap<ModuleKey, (Module, LoadPath)>>> = OnceLock::new();
     LOADED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Module `name` loaded on `device` (loaded on first use, then cached).
-pub fn module(device: &Device, name: &str) -> Result<Module> {
-    let (static_name, _) = MODULE_SOURCES
+fn static_name(name: &str) -> Result<&'static str> {
+    MODULE_SOURCES
         .iter()
         .find(|(n, _)| *n == name)
+        .map(|(n, _)| *n)
         .ok_or_else(|| Error::Unsupported {
             op: format!("kernel module `{name}`"),
             dtype: "-".into(),
             reason: "no such module in rocm-kernels".into(),
-        })?;
-    let key = (device.ordinal(), *static_name);
-    if let Some(m) = loaded().lock().get(&key) {
+        })
+}
+
+/// Module `name` loaded on `device` (loaded on first use, then cached): its ahead-of-time code
+/// object where there is a fresh one for the device, else JIT-compiled (see the module docs).
+pub fn module(device: &Device, name: &str) -> Result<Module> {
+    let name = static_name(name)?;
+    let key = (device.ordinal(), name);
+    if let Some((m, _)) = loaded().lock().get(&key) {
         return Ok(m.clone());
     }
-    // Compile outside the lock: another thread may load another module meanwhile.
+    // Load outside the lock: another thread may load another module meanwhile.
+    let (m, path) = load(device, name)?;
+    Ok(loaded().lock().entry(key).or_insert((m, path)).0.clone())
+}
+
+fn load(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
+    let forced = std::env::var(FORCE_JIT_VAR).is_ok_and(|v| v == "1");
+    let plan = if device.platform() != Platform::Amd {
+        Err(JitReason::NotAmd)
+    } else if forced {
+        Err(JitReason::Forced)
+    } else {
+        aot_code_object(name, device.arch())
+    };
+    let reason = match plan {
+        Ok((target, image)) => match device.load_module(image) {
+            Ok(m) => return Ok((m, LoadPath::Aot { target })),
+            Err(e) => JitReason::AotLoadFailed(e.to_string()),
+        },
+        Err(reason) => reason,
+    };
     let source = full_source(name).unwrap_or_default();
     let image = hip_core::rtc::compile(name, &source, device.arch(), &compile_options())?;
     let m = device.load_module(&image.image)?;
-    Ok(loaded().lock().entry(key).or_insert(m).clone())
+    Ok((m, LoadPath::Jit { reason }))
+}
+
+/// How module `name` was loaded on `device`, or `None` if it has not been loaded there (yet).
+pub fn load_path(device: &Device, name: &str) -> Option<LoadPath> {
+    let name = static_name(name).ok()?;
+    loaded()
+        .lock()
+        .get(&(device.ordinal(), name))
+        .map(|(_, p)| p.clone())
 }
 
 type FunctionKey = (usize, String);
@@ -76,4 +257,140 @@ pub fn function(device: &Device, module_name: &str, kernel: &str) -> Result<Func
     }
     let f = module(device, module_name)?.function(kernel)?;
     Ok(functions().lock().entry(key).or_insert(f).clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed manifest, if any.
+    fn manifest() -> Option<bundle::Manifest> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/bundles/manifest.txt");
+        let text = std::fs::read_to_string(path).ok()?;
+        Some(bundle::Manifest::parse(&text).expect("bundles/manifest.txt parses"))
+    }
+
+    /// Typical `gcnArchName`s of devices of each processor.
+    fn device_arch(processor: &str) -> String {
+        match processor {
+            "gfx90a" | "gfx942" | "gfx950" => format!("{processor}:sramecc+:xnack-"),
+            p => p.to_string(),
+        }
+    }
+
+    #[test]
+    fn full_source_is_the_prelude_then_the_module() {
+        for (name, src) in MODULE_SOURCES {
+            let full = full_source(name).unwrap();
+            assert!(full.starts_with(PRELUDE));
+            assert!(full.ends_with(src));
+            assert!(full.contains(&format!("#line 1 \"{name}.hip\"")));
+            assert_eq!(source_sha256(name).unwrap().len(), 64);
+        }
+        assert_eq!(full_source("no-such-module"), None);
+    }
+
+    #[test]
+    fn embedded_bundles_are_sorted_and_name_modules() {
+        assert!(AOT_BUNDLES.windows(2).all(|w| w[0].module < w[1].module));
+        if !cfg!(feature = "aot") {
+            assert!(AOT_BUNDLES.is_empty());
+        }
+        for b in AOT_BUNDLES {
+            assert_eq!(b.source_sha256.len(), 64, "{}", b.module);
+            // Page-aligned, so that code objects (at 4096-aligned offsets) are aligned too.
+            assert_eq!(b.bytes.as_ptr() as usize % 4096, 0, "{}", b.module);
+        }
+    }
+
+    /// Every committed bundle parses, matches its manifest record, and holds one AMDGPU code
+    /// object per built arch (every default arch the compiler supported), each really built
+    /// for that processor.
+    #[test]
+    fn committed_bundles_hold_every_default_arch() {
+        let Some(manifest) = manifest() else {
+            return; // nothing committed yet
+        };
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/bundles");
+        for &arch in bundle::DEFAULT_ARCHS {
+            assert!(
+                manifest.archs.iter().any(|a| a == arch)
+                    || manifest.skipped_archs.iter().any(|a| a == arch),
+                "default arch {arch} neither built nor recorded as skipped"
+            );
+        }
+        for rec in &manifest.modules {
+            let bytes = std::fs::read(format!("{dir}/{}.hipfb", rec.name))
+                .unwrap_or_else(|e| panic!("bundles/{}.hipfb: {e}", rec.name));
+            assert_eq!(bytes.len() as u64, rec.bundle_size, "{}", rec.name);
+            assert_eq!(
+                hex(&Sha256::digest(&bytes)),
+                rec.bundle_sha256,
+                "{}",
+                rec.name
+            );
+            let b = bundle::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", rec.name));
+            let (mut targets, mut archs) = (b.targets(), rec.archs.clone());
+            targets.sort();
+            archs.sort();
+            assert_eq!(targets, archs, "{}: bundle targets", rec.name);
+            for arch in &manifest.archs {
+                assert!(rec.archs.contains(arch), "{}: no {arch}", rec.name);
+            }
+            for (t, e) in b.amdgpu_entries() {
+                assert!(bundle::is_amdgpu_elf(e.data), "{}: {}", rec.name, e.id);
+                let marker = format!("amdgcn-amd-amdhsa--{}", t.processor);
+                assert!(
+                    e.data.windows(marker.len()).any(|w| w == marker.as_bytes()),
+                    "{}: entry {} does not say it is for {}",
+                    rec.name,
+                    e.id,
+                    t.processor
+                );
+            }
+            // What the library embeds is this bundle, with this record's hash.
+            if cfg!(feature = "aot") {
+                let emb = embedded_bundle(&rec.name).expect("embedded");
+                assert_eq!(emb.bytes, &bytes[..]);
+                assert_eq!(emb.source_sha256, rec.source_sha256);
+            }
+        }
+    }
+
+    #[test]
+    fn fresh_bundles_serve_every_built_arch() {
+        let Some(manifest) = manifest() else {
+            return;
+        };
+        for b in AOT_BUNDLES {
+            let fresh = source_sha256(b.module).as_deref() == Some(b.source_sha256);
+            for arch in &manifest.archs {
+                let dev = device_arch(arch);
+                match aot_code_object(b.module, &dev) {
+                    Ok((target, image)) => {
+                        assert!(fresh);
+                        assert_eq!(&target, arch);
+                        assert!(bundle::is_amdgpu_elf(image));
+                    }
+                    Err(JitReason::Stale { .. }) => assert!(!fresh),
+                    Err(e) => panic!("{} on {dev}: {e}", b.module),
+                }
+            }
+            if fresh {
+                assert!(matches!(
+                    aot_code_object(b.module, "gfx803"),
+                    Err(JitReason::NoMatchingTarget { .. })
+                ));
+                // Code built without target features runs in either xnack mode.
+                if manifest.archs.iter().any(|a| a == "gfx90a") {
+                    aot_code_object(b.module, "gfx90a:sramecc-:xnack+").unwrap();
+                }
+                assert!(aot_code_object(b.module, "sm_90").is_err());
+            }
+        }
+        assert_eq!(
+            aot_code_object("no-such-module", "gfx942"),
+            Err(JitReason::NotEmbedded)
+        );
+    }
 }

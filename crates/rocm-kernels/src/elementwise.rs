@@ -1,0 +1,903 @@
+//! Typed launch wrappers for the element-wise kernel families: unary (`unary`, `affine`
+//! modules), binary and comparisons (`binary`), casts (`cast`), `where` (`ternary`) and fills /
+//! 2-D copies (`fill`).
+//!
+//! Every wrapper validates its layouts before launching, and reports problems as
+//! [`Error::Layout`] (ranks differ, a view too short for its strides, a destination of the wrong
+//! length) or [`Error::Unsupported`] (no kernel for this op and dtype); it never panics and never
+//! launches a kernel that could read or write out of bounds. An empty shape returns `Ok(())`
+//! without launching anything.
+//!
+//! Operands are [`Strided`] views: the [`DeviceSlice`] starts at the layout's start offset and
+//! `strides` are in elements (stride 0 broadcasts). Outputs are contiguous, except for
+//! [`const_set`], which fills a strided destination in place.
+//!
+//! ## Semantics
+//! The kernels follow Candle's CPU backend (candle-core 0.11), with these definitions where it
+//! has none:
+//! * f16/bf16 math runs in f32 and rounds once at the end (Candle rounds some composite ops, e.g.
+//!   `gelu`, after every step: results may differ in the last bit);
+//! * integer `neg` (signed types) and `sqr`, and integer add/sub/mul/affine, wrap on overflow;
+//!   Candle's CPU backend has no integer `neg`/`sqr` (it panics);
+//! * integer division never traps: `x / 0 == 0` and `MIN / -1 == MIN` (Candle panics);
+//! * f64 -> f16/bf16 casts round correctly to nearest even (the `half` crate may round twice).
+
+use hip_core::{
+    DeviceBuffer, DeviceSlice, DeviceSliceMut, Function, KernelArg, KernelArgs, LaunchConfig,
+    NullPtr, Stream,
+};
+
+use crate::dtype::KernelDType;
+use crate::error::{Error, Result};
+use crate::layout::info_array;
+
+/// Threads per block of every element-wise launch.
+const BLOCK_SIZE: u32 = 256;
+/// Grid-stride launches use at most this many blocks per multiprocessor.
+const BLOCKS_PER_MULTIPROCESSOR: usize = 16;
+
+/// Unary element-wise ops (module `unary`, kernels `u{name}_{dtype}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `e^x`.
+    Exp,
+    /// Natural logarithm.
+    Log,
+    /// Sine.
+    Sin,
+    /// Cosine.
+    Cos,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// `-x` (wrapping for signed integers; not for unsigned ones).
+    Neg,
+    /// `1 / x`.
+    Recip,
+    /// `x * x` (wrapping for integers).
+    Sqr,
+    /// Square root.
+    Sqrt,
+    /// Gelu, tanh approximation (0 on integers, as in Candle).
+    Gelu,
+    /// Gelu, exact (erf) form (0 on integers, as in Candle).
+    GeluErf,
+    /// Error function (0 on integers, as in Candle).
+    Erf,
+    /// `x * sigmoid(x)` (0 on integers, as in Candle).
+    Silu,
+    /// Absolute value (wrapping: `abs(MIN) == MIN` for signed integers).
+    Abs,
+    /// Round up (identity on integers).
+    Ceil,
+    /// Round down (identity on integers).
+    Floor,
+    /// Round half away from zero (identity on integers).
+    Round,
+    /// `max(x, 0)` (NaN -> 0).
+    Relu,
+    /// -1, 0 or 1 (NaN -> 0; 0 or 1 for unsigned integers).
+    Sign,
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+}
+
+impl UnaryOp {
+    /// Every unary op.
+    pub const ALL: [UnaryOp; 20] = [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Tanh,
+        UnaryOp::Neg,
+        UnaryOp::Recip,
+        UnaryOp::Sqr,
+        UnaryOp::Sqrt,
+        UnaryOp::Gelu,
+        UnaryOp::GeluErf,
+        UnaryOp::Erf,
+        UnaryOp::Silu,
+        UnaryOp::Abs,
+        UnaryOp::Ceil,
+        UnaryOp::Floor,
+        UnaryOp::Round,
+        UnaryOp::Relu,
+        UnaryOp::Sign,
+        UnaryOp::Sigmoid,
+    ];
+
+    /// The op's name, as in kernel names (`uexp_f32`, `ugelu_erf_bf16`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Neg => "neg",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Sqr => "sqr",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Round => "round",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Sigmoid => "sigmoid",
+        }
+    }
+
+    /// Whether there is a kernel for this op on `dtype` (a [`KernelDType::NAME`]). Every op runs
+    /// on the float types; integers have neg (signed only), sqr, abs, relu, sign, ceil, floor,
+    /// round, and gelu, gelu_erf, erf, silu (which are 0 there, as in Candle's CPU backend).
+    pub fn supports(&self, dtype: &str) -> bool {
+        match dtype {
+            "bf16" | "f16" | "f32" | "f64" => true,
+            "u8" | "u32" | "i16" | "i32" | "i64" => match self {
+                UnaryOp::Neg => !dtype.starts_with('u'),
+                UnaryOp::Sqr
+                | UnaryOp::Abs
+                | UnaryOp::Relu
+                | UnaryOp::Sign
+                | UnaryOp::Ceil
+                | UnaryOp::Floor
+                | UnaryOp::Round
+                | UnaryOp::Gelu
+                | UnaryOp::GeluErf
+                | UnaryOp::Erf
+                | UnaryOp::Silu => true,
+                UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Sin
+                | UnaryOp::Cos
+                | UnaryOp::Tanh
+                | UnaryOp::Recip
+                | UnaryOp::Sqrt
+                | UnaryOp::Sigmoid => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// Binary element-wise ops (module `binary`, kernels `b{name}_{dtype}`), for all 9 dtypes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `lhs + rhs` (wrapping for integers).
+    Add,
+    /// `lhs - rhs` (wrapping for integers).
+    Sub,
+    /// `lhs * rhs` (wrapping for integers).
+    Mul,
+    /// `lhs / rhs`; for integers truncating, with `x / 0 == 0` and `MIN / -1 == MIN`.
+    Div,
+    /// `lhs > rhs ? rhs : lhs` (Candle's definition; with a NaN operand the result is `lhs`).
+    Minimum,
+    /// `lhs < rhs ? rhs : lhs`.
+    Maximum,
+}
+
+impl BinaryOp {
+    /// Every binary op.
+    pub const ALL: [BinaryOp; 6] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Minimum,
+        BinaryOp::Maximum,
+    ];
+
+    /// The op's name, as in kernel names (`badd_f32`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Minimum => "minimum",
+            BinaryOp::Maximum => "maximum",
+        }
+    }
+}
+
+/// Comparisons (module `binary`, kernels `{name}_{dtype}`, u8 output: 1 or 0), for all 9
+/// dtypes. IEEE semantics: NaN compares unequal to everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    /// `==`.
+    Eq,
+    /// `!=`.
+    Ne,
+    /// `<`.
+    Lt,
+    /// `<=`.
+    Le,
+    /// `>`.
+    Gt,
+    /// `>=`.
+    Ge,
+}
+
+impl CmpOp {
+    /// Every comparison.
+    pub const ALL: [CmpOp; 6] = [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ];
+
+    /// The op's name, as in kernel names (`lt_f32`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+}
+
+/// A strided read-only operand: the view starts at the layout's start offset; strides in
+/// elements (0 broadcasts), one per dim.
+#[derive(Clone, Copy)]
+pub struct Strided<'a, T: KernelDType> {
+    /// The elements, from the layout's start offset on.
+    pub data: DeviceSlice<'a, T>,
+    /// Strides in elements, one per dim.
+    pub strides: &'a [usize],
+}
+
+impl<'a, T: KernelDType> Strided<'a, T> {
+    /// An operand reading `data` with `strides`.
+    pub fn new(data: DeviceSlice<'a, T>, strides: &'a [usize]) -> Self {
+        Strided { data, strides }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Validation and launch plumbing
+// ------------------------------------------------------------------------------------------
+
+fn layout_err(op: &str, reason: impl Into<String>) -> Error {
+    Error::Layout {
+        op: op.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn unsupported(op: &str, dtype: &str, reason: impl Into<String>) -> Error {
+    Error::Unsupported {
+        op: op.to_string(),
+        dtype: dtype.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// The element count of `dims`, or an error when it overflows `usize`.
+fn numel(op: &str, dims: &[usize]) -> Result<usize> {
+    dims.iter().try_fold(1usize, |acc, &d| {
+        acc.checked_mul(d)
+            .ok_or_else(|| layout_err(op, format!("the shape {dims:?} overflows usize")))
+    })
+}
+
+/// Checks that an operand with `strides` over `dims` stays inside a view of `len` elements.
+fn check_operand(
+    op: &str,
+    what: &str,
+    dims: &[usize],
+    strides: &[usize],
+    len: usize,
+) -> Result<()> {
+    if strides.len() != dims.len() {
+        return Err(layout_err(
+            op,
+            format!(
+                "{what} has {} strides {strides:?} for {} dims {dims:?}",
+                strides.len(),
+                dims.len()
+            ),
+        ));
+    }
+    if dims.contains(&0) {
+        return Ok(());
+    }
+    let mut max_offset = 0usize;
+    for (&d, &s) in dims.iter().zip(strides) {
+        max_offset = (d - 1)
+            .checked_mul(s)
+            .and_then(|x| x.checked_add(max_offset))
+            .ok_or_else(|| {
+                layout_err(
+                    op,
+                    format!("{what}: strides {strides:?} over {dims:?} overflow usize"),
+                )
+            })?;
+    }
+    if max_offset >= len {
+        return Err(layout_err(
+            op,
+            format!(
+                "{what} reaches element {max_offset} with strides {strides:?} over {dims:?}, \
+                 but its view holds {len} elements"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_dst(op: &str, numel: usize, dst_len: usize) -> Result<()> {
+    if dst_len != numel {
+        return Err(layout_err(
+            op,
+            format!("the destination holds {dst_len} elements but the shape has {numel}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A 1-D grid-stride launch for `n` elements: `BLOCK_SIZE` threads per block, enough blocks
+/// for `n` elements but at most `BLOCKS_PER_MULTIPROCESSOR` per multiprocessor (the kernels
+/// loop), so that the total thread count stays far below 2^31.
+fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
+    let device = stream.device();
+    let sms = match device.properties().multiprocessor_count {
+        0 => 64,
+        n => n as usize,
+    };
+    let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
+    let blocks = n.div_ceil(BLOCK_SIZE as usize).clamp(1, max_blocks) as u32;
+    LaunchConfig {
+        grid: [blocks, 1, 1],
+        block: [BLOCK_SIZE, 1, 1],
+        shared_mem_bytes: 0,
+    }
+}
+
+fn function(stream: &Stream, module: &str, kernel: &str) -> Result<Function> {
+    crate::modules::function(&stream.device(), module, kernel)
+}
+
+/// The layout info on the device, or `None` when every operand is contiguous.
+fn device_info(
+    stream: &Stream,
+    dims: &[usize],
+    strides: &[&[usize]],
+) -> Result<Option<DeviceBuffer<u64>>> {
+    match info_array(dims, strides) {
+        Some(info) => Ok(Some(stream.alloc_from_host(&info)?)),
+        None => Ok(None),
+    }
+}
+
+/// The `info` kernel argument: the device buffer, or a null pointer.
+struct InfoArg<'a>(Option<&'a DeviceBuffer<u64>>);
+
+impl KernelArg for InfoArg<'_> {
+    fn push_arg(&self, args: &mut KernelArgs, stream: &Stream) -> hip_core::Result<()> {
+        match self.0 {
+            Some(buf) => KernelArg::push_arg(&buf, args, stream),
+            None => NullPtr.push_arg(args, stream),
+        }
+    }
+}
+
+/// A scalar kernel argument of a kernel's element type, converted from `f64` the way Candle
+/// does (`T::from_f64`: Rust `as` for integers and f32, the `half` crate for f16/bf16).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scalar {
+    U8(u8),
+    U32(u32),
+    I16(i16),
+    I32(i32),
+    I64(i64),
+    BF16(half::bf16),
+    F16(half::f16),
+    F32(f32),
+    F64(f64),
+}
+
+impl Scalar {
+    fn from_f64(dtype: &str, v: f64) -> Option<Scalar> {
+        Some(match dtype {
+            "u8" => Scalar::U8(v as u8),
+            "u32" => Scalar::U32(v as u32),
+            "i16" => Scalar::I16(v as i16),
+            "i32" => Scalar::I32(v as i32),
+            "i64" => Scalar::I64(v as i64),
+            "bf16" => Scalar::BF16(half::bf16::from_f64(v)),
+            "f16" => Scalar::F16(half::f16::from_f64(v)),
+            "f32" => Scalar::F32(v as f32),
+            "f64" => Scalar::F64(v),
+            _ => return None,
+        })
+    }
+}
+
+impl KernelArg for Scalar {
+    fn push_arg(&self, args: &mut KernelArgs, _stream: &Stream) -> hip_core::Result<()> {
+        match *self {
+            Scalar::U8(v) => args.push(v),
+            Scalar::U32(v) => args.push(v),
+            Scalar::I16(v) => args.push(v),
+            Scalar::I32(v) => args.push(v),
+            Scalar::I64(v) => args.push(v),
+            Scalar::BF16(v) => args.push(v),
+            Scalar::F16(v) => args.push(v),
+            Scalar::F32(v) => args.push(v),
+            Scalar::F64(v) => args.push(v),
+        }
+        Ok(())
+    }
+}
+
+/// Checks a one-input op writing a contiguous `dst`; `None` when there is nothing to do.
+fn prepare_unary<T: KernelDType, D: KernelDType>(
+    stream: &Stream,
+    op: &str,
+    dims: &[usize],
+    src: &Strided<'_, T>,
+    dst: &DeviceSliceMut<'_, D>,
+) -> Result<Option<(usize, Option<DeviceBuffer<u64>>)>> {
+    let n = numel(op, dims)?;
+    check_operand(op, "the input", dims, src.strides, src.data.len())?;
+    check_dst(op, n, dst.len())?;
+    if n == 0 {
+        return Ok(None);
+    }
+    Ok(Some((n, device_info(stream, dims, &[src.strides])?)))
+}
+
+/// Launches a kernel `(numel, num_dims, info, inp, out, scalars...)` of module `module`.
+#[allow(clippy::too_many_arguments)]
+fn launch_unary_like<S: KernelDType, D: KernelDType>(
+    stream: &Stream,
+    op: &str,
+    module: &str,
+    kernel: &str,
+    dims: &[usize],
+    src: Strided<'_, S>,
+    dst: &mut DeviceSliceMut<'_, D>,
+    scalars: &[Scalar],
+) -> Result<()> {
+    let Some((n, info)) = prepare_unary(stream, op, dims, &src, dst)? else {
+        return Ok(());
+    };
+    let f = function(stream, module, kernel)?;
+    let mut builder = f
+        .builder(stream, launch_config(stream, n))
+        .arg(n as u64)
+        .arg(dims.len() as u64)
+        .arg(InfoArg(info.as_ref()))
+        .arg(src.data)
+        .arg(&mut *dst);
+    for &s in scalars {
+        builder = builder.arg(s);
+    }
+    // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, const S* inp, D* out,
+    // then one scalar of the element type per entry of `scalars`), which is what was pushed
+    // (`scalars` are built for this dtype by the callers). It reads info[0..num_dims * 2) when
+    // info is non-null (a buffer of exactly that size, alive until after the launch is queued,
+    // then freed in stream order), inp at offsets below src.data.len() (checked by
+    // prepare_unary: the largest reachable offset is < the view length) and writes out[0..n)
+    // with n == dst.len().
+    unsafe { builder.launch()? };
+    drop(info);
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------
+// Public wrappers
+// ------------------------------------------------------------------------------------------
+
+/// `dst = op(src)` element-wise over `dims`; `dst` is contiguous with `numel(dims)` elements.
+pub fn unary<T: KernelDType>(
+    stream: &Stream,
+    op: UnaryOp,
+    dims: &[usize],
+    src: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+) -> Result<()> {
+    let op_name = format!("unary {}", op.name());
+    if !op.supports(T::NAME) {
+        return Err(unsupported(
+            &op_name,
+            T::NAME,
+            "only the float types have it (Candle's CPU backend has no integer version either)",
+        ));
+    }
+    let kernel = format!("u{}_{}", op.name(), T::NAME);
+    launch_unary_like(stream, &op_name, "unary", &kernel, dims, src, dst, &[])
+}
+
+/// Copies the strided `src` into the contiguous `dst` (all dtypes).
+pub fn copy_strided<T: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    src: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+) -> Result<()> {
+    let kernel = format!("ucopy_{}", T::NAME);
+    launch_unary_like(stream, "copy_strided", "unary", &kernel, dims, src, dst, &[])
+}
+
+/// `dst = src * mul + add` (all dtypes; `mul` and `add` are converted to `T` first, like
+/// Candle's `T::from_f64`; integers wrap on overflow).
+pub fn affine<T: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    src: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+    mul: f64,
+    add: f64,
+) -> Result<()> {
+    let (Some(m), Some(a)) = (
+        Scalar::from_f64(T::NAME, mul),
+        Scalar::from_f64(T::NAME, add),
+    ) else {
+        return Err(unsupported("affine", T::NAME, "not a kernel dtype"));
+    };
+    let kernel = format!("affine_{}", T::NAME);
+    launch_unary_like(stream, "affine", "affine", &kernel, dims, src, dst, &[m, a])
+}
+
+fn float_only<T: KernelDType>(op: &str) -> Result<()> {
+    if T::IS_FLOAT {
+        Ok(())
+    } else {
+        Err(unsupported(
+            op,
+            T::NAME,
+            "only the float types have it (as in Candle's CPU backend)",
+        ))
+    }
+}
+
+/// `dst = src ^ exponent` (float dtypes; the exponent is rounded to `T` first, as in Candle).
+pub fn powf<T: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    src: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+    exponent: f64,
+) -> Result<()> {
+    float_only::<T>("powf")?;
+    let e = Scalar::from_f64(T::NAME, exponent)
+        .ok_or_else(|| unsupported("powf", T::NAME, "not a kernel dtype"))?;
+    let kernel = format!("powf_{}", T::NAME);
+    launch_unary_like(stream, "powf", "affine", &kernel, dims, src, dst, &[e])
+}
+
+/// `dst = src >= 0 ? src : alpha * (exp(src) - 1)` (float dtypes; `alpha` is rounded to `T`).
+pub fn elu<T: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    src: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+    alpha: f64,
+) -> Result<()> {
+    float_only::<T>("elu")?;
+    let a = Scalar::from_f64(T::NAME, alpha)
+        .ok_or_else(|| unsupported("elu", T::NAME, "not a kernel dtype"))?;
+    let kernel = format!("elu_{}", T::NAME);
+    launch_unary_like(stream, "elu", "affine", &kernel, dims, src, dst, &[a])
+}
+
+/// Launches a kernel `(numel, num_dims, info, lhs, rhs, out)` of module `binary`.
+fn launch_binary_like<T: KernelDType, D: KernelDType>(
+    stream: &Stream,
+    op: &str,
+    kernel: &str,
+    dims: &[usize],
+    lhs: Strided<'_, T>,
+    rhs: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, D>,
+) -> Result<()> {
+    let n = numel(op, dims)?;
+    check_operand(op, "lhs", dims, lhs.strides, lhs.data.len())?;
+    check_operand(op, "rhs", dims, rhs.strides, rhs.data.len())?;
+    check_dst(op, n, dst.len())?;
+    if n == 0 {
+        return Ok(());
+    }
+    let info = device_info(stream, dims, &[lhs.strides, rhs.strides])?;
+    let f = function(stream, "binary", kernel)?;
+    // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, const T* lhs,
+    // const T* rhs, D* out). It reads info[0..num_dims * 3) when info is non-null (exactly that
+    // buffer, alive until the launch is queued, then freed in stream order), lhs and rhs at
+    // offsets below their view lengths (checked above) and writes out[0..n), n == dst.len().
+    unsafe {
+        f.builder(stream, launch_config(stream, n))
+            .arg(n as u64)
+            .arg(dims.len() as u64)
+            .arg(InfoArg(info.as_ref()))
+            .arg(lhs.data)
+            .arg(rhs.data)
+            .arg(&mut *dst)
+            .launch()?;
+    }
+    drop(info);
+    Ok(())
+}
+
+/// `dst = op(lhs, rhs)` element-wise over `dims` (all dtypes); `dst` is contiguous.
+pub fn binary<T: KernelDType>(
+    stream: &Stream,
+    op: BinaryOp,
+    dims: &[usize],
+    lhs: Strided<'_, T>,
+    rhs: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+) -> Result<()> {
+    let op_name = format!("binary {}", op.name());
+    let kernel = format!("b{}_{}", op.name(), T::NAME);
+    launch_binary_like(stream, &op_name, &kernel, dims, lhs, rhs, dst)
+}
+
+/// `dst = op(lhs, rhs) as u8` (1 or 0) element-wise over `dims` (all dtypes).
+pub fn cmp<T: KernelDType>(
+    stream: &Stream,
+    op: CmpOp,
+    dims: &[usize],
+    lhs: Strided<'_, T>,
+    rhs: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, u8>,
+) -> Result<()> {
+    let op_name = format!("cmp {}", op.name());
+    let kernel = format!("{}_{}", op.name(), T::NAME);
+    launch_binary_like(stream, &op_name, &kernel, dims, lhs, rhs, dst)
+}
+
+/// Converts the strided `src` into the contiguous `dst` (every pair of dtypes; same dtype is a
+/// copy). Float -> integer saturates (NaN -> 0), integer -> integer wraps, as Rust's `as`.
+pub fn cast<S: KernelDType, D: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    src: Strided<'_, S>,
+    dst: &mut DeviceSliceMut<'_, D>,
+) -> Result<()> {
+    let kernel = if S::NAME == D::NAME {
+        format!("ucopy_{}", S::NAME)
+    } else {
+        format!("cast_{}_{}", S::NAME, D::NAME)
+    };
+    let module = if S::NAME == D::NAME { "unary" } else { "cast" };
+    launch_unary_like(stream, "cast", module, &kernel, dims, src, dst, &[])
+}
+
+/// `dst = cond != 0 ? on_true : on_false` element-wise over `dims` (`C` an integer dtype, `T`
+/// any dtype); `dst` is contiguous.
+pub fn where_cond<C: KernelDType, T: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    cond: Strided<'_, C>,
+    on_true: Strided<'_, T>,
+    on_false: Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+) -> Result<()> {
+    const OP: &str = "where_cond";
+    if C::IS_FLOAT {
+        return Err(unsupported(
+            OP,
+            &format!("{} condition", C::NAME),
+            "conditions are integer tensors (u8, u32, i16, i32, i64)",
+        ));
+    }
+    let n = numel(OP, dims)?;
+    check_operand(OP, "the condition", dims, cond.strides, cond.data.len())?;
+    check_operand(OP, "on_true", dims, on_true.strides, on_true.data.len())?;
+    check_operand(OP, "on_false", dims, on_false.strides, on_false.data.len())?;
+    check_dst(OP, n, dst.len())?;
+    if n == 0 {
+        return Ok(());
+    }
+    let info = device_info(
+        stream,
+        dims,
+        &[cond.strides, on_true.strides, on_false.strides],
+    )?;
+    let kernel = format!("where_{}_{}", C::NAME, T::NAME);
+    let f = function(stream, "ternary", &kernel)?;
+    // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, const C* cond,
+    // const T* on_true, const T* on_false, T* out). It reads info[0..num_dims * 4) when info is
+    // non-null (exactly that buffer, alive until the launch is queued), each input at offsets
+    // below its view length (checked above) and writes out[0..n), n == dst.len().
+    unsafe {
+        f.builder(stream, launch_config(stream, n))
+            .arg(n as u64)
+            .arg(dims.len() as u64)
+            .arg(InfoArg(info.as_ref()))
+            .arg(cond.data)
+            .arg(on_true.data)
+            .arg(on_false.data)
+            .arg(&mut *dst)
+            .launch()?;
+    }
+    drop(info);
+    Ok(())
+}
+
+/// Sets every element of `dst` to `value`.
+pub fn fill<T: KernelDType>(
+    stream: &Stream,
+    dst: &mut DeviceSliceMut<'_, T>,
+    value: T,
+) -> Result<()> {
+    let n = dst.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let f = function(stream, "fill", &format!("fill_{}", T::NAME))?;
+    // SAFETY: the kernel takes (u64 numel, T* out, T value) and writes out[0..n), n ==
+    // dst.len().
+    unsafe {
+        f.builder(stream, launch_config(stream, n))
+            .arg(n as u64)
+            .arg(&mut *dst)
+            .arg(value)
+            .launch()?;
+    }
+    Ok(())
+}
+
+/// Sets the elements of the strided destination (`dims`, `dst_strides`, starting at `dst`'s
+/// first element) to `value`; the other elements of `dst` are left alone. The output is the
+/// strided operand here (the one exception to contiguous outputs). With overlapping strides
+/// (e.g. stride 0) the same element is written several times with the same value.
+pub fn const_set<T: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    dst_strides: &[usize],
+    dst: &mut DeviceSliceMut<'_, T>,
+    value: T,
+) -> Result<()> {
+    const OP: &str = "const_set";
+    let n = numel(OP, dims)?;
+    check_operand(OP, "the destination", dims, dst_strides, dst.len())?;
+    if n == 0 {
+        return Ok(());
+    }
+    let info = device_info(stream, dims, &[dst_strides])?;
+    let f = function(stream, "fill", &format!("const_set_{}", T::NAME))?;
+    // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, T* out, T value). It
+    // reads info[0..num_dims * 2) when info is non-null (exactly that buffer, alive until the
+    // launch is queued) and writes out at offsets below dst.len() (checked above); when info is
+    // null, dst is contiguous over dims and it writes out[0..n), n <= dst.len().
+    unsafe {
+        f.builder(stream, launch_config(stream, n))
+            .arg(n as u64)
+            .arg(dims.len() as u64)
+            .arg(InfoArg(info.as_ref()))
+            .arg(&mut *dst)
+            .arg(value)
+            .launch()?;
+    }
+    drop(info);
+    Ok(())
+}
+
+/// Copies `d1` rows of `d2` contiguous elements: `dst[r * dst_stride1 + c] = src[r *
+/// src_stride1 + c]` (offsets relative to the views' first elements).
+pub fn copy2d<T: KernelDType>(
+    stream: &Stream,
+    src: &DeviceSlice<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+    d1: usize,
+    d2: usize,
+    src_stride1: usize,
+    dst_stride1: usize,
+) -> Result<()> {
+    const OP: &str = "copy2d";
+    let n = numel(OP, &[d1, d2])?;
+    if n == 0 {
+        return Ok(());
+    }
+    if d1 > 1 && dst_stride1 < d2 {
+        return Err(layout_err(
+            OP,
+            format!("destination rows of {d2} elements overlap with a row stride of {dst_stride1}"),
+        ));
+    }
+    check_operand(OP, "the source", &[d1, d2], &[src_stride1, 1], src.len())?;
+    check_operand(OP, "the destination", &[d1, d2], &[dst_stride1, 1], dst.len())?;
+    let f = function(stream, "fill", &format!("copy2d_{}", T::NAME))?;
+    // SAFETY: the kernel takes (const T* src, T* dst, u64 d1, u64 d2, u64 src_s, u64 dst_s) and
+    // touches src[r * src_s + c] and dst[r * dst_s + c] for r < d1, c < d2: the largest offsets,
+    // (d1 - 1) * stride + d2 - 1, were checked against both view lengths above.
+    unsafe {
+        f.builder(stream, launch_config(stream, n))
+            .arg(src)
+            .arg(&mut *dst)
+            .arg(d1 as u64)
+            .arg(d2 as u64)
+            .arg(src_stride1 as u64)
+            .arg(dst_stride1 as u64)
+            .launch()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_match_kernels() {
+        let names: std::collections::HashSet<_> = UnaryOp::ALL.iter().map(|o| o.name()).collect();
+        assert_eq!(names.len(), UnaryOp::ALL.len());
+        assert_eq!(UnaryOp::GeluErf.name(), "gelu_erf");
+        assert_eq!(BinaryOp::Minimum.name(), "minimum");
+        assert_eq!(CmpOp::Ge.name(), "ge");
+    }
+
+    #[test]
+    fn kernels_exist_in_the_sources() {
+        let src = |m: &str| crate::modules::full_source(m).expect(m);
+        let unary = src("unary");
+        for op in UnaryOp::ALL {
+            for dt in ["u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64"] {
+                let has_kernel = match dt {
+                    "bf16" | "f16" | "f32" | "f64" => true,
+                    _ if op == UnaryOp::Neg => unary.contains(&format!("RK_UNARY(neg, iop_neg, {dt})")),
+                    _ => unary.contains(&format!("RK_UNARY({}, iop_", op.name())),
+                };
+                assert_eq!(op.supports(dt), has_kernel, "{op:?} {dt}");
+            }
+        }
+        assert!(unary.contains("RK_UNARY(neg, iop_neg, i16)"));
+        assert!(!UnaryOp::Neg.supports("u8") && !UnaryOp::Neg.supports("u32"));
+        assert!(src("binary").contains("RK_CMP(ge, cop_ge, T)"));
+        assert!(src("affine").contains("RK_ELU(bf16)"));
+        assert!(src("cast").contains("RK_CAST_FROM(f64,"));
+        assert!(src("ternary").contains("RK_WHERE_ALL(i64)"));
+        assert!(src("fill").contains("RK_FILL(f64)"));
+    }
+
+    #[test]
+    fn operand_bounds() {
+        // 2x3 contiguous in 6 elements.
+        assert!(check_operand("t", "x", &[2, 3], &[3, 1], 6).is_ok());
+        assert!(check_operand("t", "x", &[2, 3], &[3, 1], 5).is_err());
+        // Transposed and broadcast.
+        assert!(check_operand("t", "x", &[3, 2], &[1, 3], 6).is_ok());
+        assert!(check_operand("t", "x", &[4, 3], &[0, 1], 3).is_ok());
+        assert!(check_operand("t", "x", &[4, 3], &[0, 1], 2).is_err());
+        // Rank 0: one element.
+        assert!(check_operand("t", "x", &[], &[], 1).is_ok());
+        assert!(check_operand("t", "x", &[], &[], 0).is_err());
+        // Empty shapes need no element.
+        assert!(check_operand("t", "x", &[0, 3], &[3, 1], 0).is_ok());
+        // Rank mismatch and overflow are errors, not panics.
+        let e = check_operand("t", "x", &[2, 3], &[1], 6).unwrap_err();
+        assert!(matches!(e, Error::Layout { .. }), "{e}");
+        assert!(check_operand("t", "x", &[3, 2], &[usize::MAX, 1], usize::MAX).is_err());
+        assert!(numel("t", &[usize::MAX, 2]).is_err());
+        assert_eq!(numel("t", &[]).unwrap(), 1);
+        assert_eq!(numel("t", &[4, 0, 2]).unwrap(), 0);
+    }
+
+    #[test]
+    fn scalars_convert_like_candle() {
+        assert_eq!(Scalar::from_f64("u8", 300.0), Some(Scalar::U8(255)));
+        assert_eq!(Scalar::from_f64("u8", -3.0), Some(Scalar::U8(0)));
+        assert_eq!(Scalar::from_f64("i16", f64::NAN), Some(Scalar::I16(0)));
+        assert_eq!(Scalar::from_f64("i64", 2.9), Some(Scalar::I64(2)));
+        assert_eq!(
+            Scalar::from_f64("bf16", 1.5),
+            Some(Scalar::BF16(half::bf16::from_f32(1.5)))
+        );
+        assert_eq!(Scalar::from_f64("f32", 0.1), Some(Scalar::F32(0.1f32)));
+        assert_eq!(Scalar::from_f64("f8", 0.1), None);
+    }
+}
