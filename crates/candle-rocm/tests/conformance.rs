@@ -1818,9 +1818,8 @@ fn references_agree_with_the_cpu_oracle_where_it_is_right() {
                 let want = input.unary_impl::<B>(&case.layout).unwrap();
                 let r = Reference::Float(Box::new(B::f64));
                 let got = reference1(&r, &input, &case.layout).unwrap();
-                if let Err(e) = compare(&got, &want, false) {
-                    eprintln!("MISMATCH {} {dtype:?} {}: {e}", B::NAME, case.name);
-                }
+                compare(&got, &want, false)
+                    .unwrap_or_else(|e| panic!("{} {dtype:?} {}: {e}", B::NAME, case.name));
             }
         }
     }
@@ -1833,8 +1832,11 @@ fn references_agree_with_the_cpu_oracle_where_it_is_right() {
     unary::<op::Recip>(Dist::NonZero);
     unary::<op::Sqr>(Dist::General);
     unary::<op::Sqrt>(Dist::Positive);
-    unary::<op::Gelu>(Dist::General);
-    unary::<op::GeluErf>(Dist::General);
+    // The CPU's f32 gelu and gelu_erf lose relative precision for x << 0 (0.5 x (1 + tanh z)
+    // cancels: up to ~1e-4 relative at x = -4), so the reference is checked against them on
+    // positive inputs only; the suite itself draws from [-4, 4) and falls back to the reference.
+    unary::<op::Gelu>(Dist::Positive);
+    unary::<op::GeluErf>(Dist::Positive);
     unary::<op::Erf>(Dist::General);
     unary::<op::Silu>(Dist::General);
     unary::<op::Abs>(Dist::General);
@@ -1878,9 +1880,7 @@ fn references_agree_with_the_cpu_oracle_where_it_is_right() {
         ];
         for (name, input, want, r) in cases {
             let got = reference1(&r, input, &l).unwrap();
-            if let Err(e) = compare(&got, &want, false) {
-                eprintln!("MISMATCH {name} {dtype:?}: {e}");
-            }
+            compare(&got, &want, false).unwrap_or_else(|e| panic!("{name} {dtype:?}: {e}"));
         }
     }
 
@@ -1896,9 +1896,8 @@ fn references_agree_with_the_cpu_oracle_where_it_is_right() {
                 let input = gen(src, needed_len(&case.layout), Dist::CastMix, &mut rng);
                 let want = input.to_dtype(&case.layout, dst).unwrap();
                 let got = cast_reference(&input, &case.layout, dst).unwrap();
-                if let Err(e) = compare(&got, &want, false) {
-                    eprintln!("MISMATCH cast {src:?} -> {dst:?} {}: {e}", case.name);
-                }
+                compare(&got, &want, false)
+                    .unwrap_or_else(|e| panic!("cast {src:?} -> {dst:?} {}: {e}", case.name));
             }
         }
     }

@@ -131,11 +131,17 @@ template <typename T> __device__ __forceinline__ T rk_wrapping_neg(T a) {
     typedef typename rk_wide_unsigned<T>::type W;
     return (T)((W)0 - (W)a);
 }
-// Integer division that never traps: x / 0 == 0, and MIN / -1 == MIN (wrapping), for signed
-// types; truncates toward zero otherwise (Rust's and C's `/`).
+// x < 0, spelled without comparing an unsigned value with zero.
+__device__ __forceinline__ bool rk_is_negative(u8) { return false; }
+__device__ __forceinline__ bool rk_is_negative(u32) { return false; }
+__device__ __forceinline__ bool rk_is_negative(i16 x) { return x < 0; }
+__device__ __forceinline__ bool rk_is_negative(i32 x) { return x < 0; }
+__device__ __forceinline__ bool rk_is_negative(i64 x) { return x < 0; }
+// Integer division that never traps: x / 0 == 0, and MIN / -1 == MIN (wrapping) for signed
+// types; otherwise truncating toward zero (Rust's and C's `/`).
 template <typename T> __device__ __forceinline__ T rk_int_div(T a, T b) {
     if (b == (T)0) return (T)0;
-    if ((T)(b + (T)1) == (T)0 && (T)-1 < (T)0) return rk_wrapping_neg(a);  // signed b == -1
+    if (rk_is_negative(b) && (T)(b + (T)1) == (T)0) return rk_wrapping_neg(a);  // b == -1
     return (T)(a / b);
 }
 

@@ -69,13 +69,13 @@ struct iop_neg { template <typename T> static __device__ __forceinline__ T apply
 struct iop_sqr { template <typename T> static __device__ __forceinline__ T apply(T x) { return rk_wrapping_mul(x, x); } };
 struct iop_abs {
     template <typename T> static __device__ __forceinline__ T apply(T x) {
-        return x < (T)0 ? rk_wrapping_neg(x) : x;
+        return rk_is_negative(x) ? rk_wrapping_neg(x) : x;
     }
 };
-struct iop_relu { template <typename T> static __device__ __forceinline__ T apply(T x) { return x < (T)0 ? (T)0 : x; } };
+struct iop_relu { template <typename T> static __device__ __forceinline__ T apply(T x) { return rk_is_negative(x) ? (T)0 : x; } };
 struct iop_sign {
     template <typename T> static __device__ __forceinline__ T apply(T x) {
-        return (T)((int)(x > (T)0) - (int)(x < (T)0));
+        return (T)((int)(x != (T)0 && !rk_is_negative(x)) - (int)rk_is_negative(x));
     }
 };
 struct iop_identity { template <typename T> static __device__ __forceinline__ T apply(T x) { return x; } };
@@ -106,8 +106,7 @@ struct iop_zero { template <typename T> static __device__ __forceinline__ T appl
     RK_UNARY(round, op_round, T)           \
     RK_UNARY(relu, op_relu, T)             \
     RK_UNARY(sign, op_sign, T)             \
-    RK_UNARY(sigmoid, op_sigmoid, T)       \
-    RK_UNARY(copy, iop_identity, T)
+    RK_UNARY(sigmoid, op_sigmoid, T)
 
 #define RK_UNARY_INT(T)                    \
     RK_UNARY(sqr, iop_sqr, T)              \
@@ -120,8 +119,26 @@ struct iop_zero { template <typename T> static __device__ __forceinline__ T appl
     RK_UNARY(gelu, iop_zero, T)            \
     RK_UNARY(gelu_erf, iop_zero, T)        \
     RK_UNARY(erf, iop_zero, T)             \
-    RK_UNARY(silu, iop_zero, T)            \
-    RK_UNARY(copy, iop_identity, T)
+    RK_UNARY(silu, iop_zero, T)
+
+// ucopy_{T}: a bit-exact (strided) copy, no conversion.
+#define RK_COPY(T)                                                                             \
+    RK_KERNEL void ucopy_##T(u64 numel, u64 num_dims, const u64* info, const T* inp, T* out) {   \
+        auto f = [](T x) { return x; };                                                         \
+        if (info == nullptr && rk_map1_contiguous(numel, inp, out, f)) return;                  \
+        rk_for_each<1>(numel, num_dims, info,                                                   \
+                       [=](u64 i, const u64* off) { out[i] = inp[off[0]]; });                   \
+    }
+
+RK_COPY(u8)
+RK_COPY(u32)
+RK_COPY(i16)
+RK_COPY(i32)
+RK_COPY(i64)
+RK_COPY(bf16)
+RK_COPY(f16)
+RK_COPY(f32)
+RK_COPY(f64)
 
 RK_UNARY_FLOAT(bf16)
 RK_UNARY_FLOAT(f16)

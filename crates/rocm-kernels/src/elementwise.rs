@@ -12,6 +12,11 @@
 //! `strides` are in elements (stride 0 broadcasts). Outputs are contiguous, except for
 //! [`const_set`], which fills a strided destination in place.
 //!
+//! Launches are 1-D grid-stride loops: 256 threads per block, at most 16 blocks per
+//! multiprocessor. When every operand is contiguous (`info` is null) and 16-byte aligned, the
+//! kernels move 16 bytes per access; strided operands use 32-bit index math below 2^31
+//! elements and 64-bit above.
+//!
 //! ## Semantics
 //! The kernels follow Candle's CPU backend (candle-core 0.11), with these definitions where it
 //! has none:
@@ -529,7 +534,16 @@ pub fn copy_strided<T: KernelDType>(
     dst: &mut DeviceSliceMut<'_, T>,
 ) -> Result<()> {
     let kernel = format!("ucopy_{}", T::NAME);
-    launch_unary_like(stream, "copy_strided", "unary", &kernel, dims, src, dst, &[])
+    launch_unary_like(
+        stream,
+        "copy_strided",
+        "unary",
+        &kernel,
+        dims,
+        src,
+        dst,
+        &[],
+    )
 }
 
 /// `dst = src * mul + add` (all dtypes; `mul` and `add` are converted to `T` first, like
@@ -810,7 +824,13 @@ pub fn copy2d<T: KernelDType>(
         ));
     }
     check_operand(OP, "the source", &[d1, d2], &[src_stride1, 1], src.len())?;
-    check_operand(OP, "the destination", &[d1, d2], &[dst_stride1, 1], dst.len())?;
+    check_operand(
+        OP,
+        "the destination",
+        &[d1, d2],
+        &[dst_stride1, 1],
+        dst.len(),
+    )?;
     let f = function(stream, "fill", &format!("copy2d_{}", T::NAME))?;
     // SAFETY: the kernel takes (const T* src, T* dst, u64 d1, u64 d2, u64 src_s, u64 dst_s) and
     // touches src[r * src_s + c] and dst[r * dst_s + c] for r < d1, c < d2: the largest offsets,
@@ -846,10 +866,14 @@ mod tests {
         let src = |m: &str| crate::modules::full_source(m).expect(m);
         let unary = src("unary");
         for op in UnaryOp::ALL {
-            for dt in ["u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64"] {
+            for dt in [
+                "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64",
+            ] {
                 let has_kernel = match dt {
                     "bf16" | "f16" | "f32" | "f64" => true,
-                    _ if op == UnaryOp::Neg => unary.contains(&format!("RK_UNARY(neg, iop_neg, {dt})")),
+                    _ if op == UnaryOp::Neg => {
+                        unary.contains(&format!("RK_UNARY(neg, iop_neg, {dt})"))
+                    }
                     _ => unary.contains(&format!("RK_UNARY({}, iop_", op.name())),
                 };
                 assert_eq!(op.supports(dt), has_kernel, "{op:?} {dt}");

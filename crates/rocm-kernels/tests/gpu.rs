@@ -84,12 +84,19 @@ trait TT: KernelDType + Copy + Debug + PartialEq {
     fn to_i128(self) -> i128;
     /// The bits, zero-extended.
     fn bits(self) -> u64;
+    /// The value with these (low) bits.
+    fn from_bits(bits: u64) -> Self;
     fn is_nan(self) -> bool {
         Self::IS_FLOAT && self.to_f64().is_nan()
     }
     fn poisoned(self) -> bool {
         let size = std::mem::size_of::<Self>() * 8;
-        self.bits() == if size == 64 { u64::MAX } else { (1u64 << size) - 1 }
+        self.bits()
+            == if size == 64 {
+                u64::MAX
+            } else {
+                (1u64 << size) - 1
+            }
     }
 }
 
@@ -105,6 +112,7 @@ macro_rules! int_tt {
             fn from_i128(v: i128) -> Self { v as $t }
             fn to_i128(self) -> i128 { self as i128 }
             fn bits(self) -> u64 { self as u64 & (u64::MAX >> (64 - 8 * std::mem::size_of::<$t>())) }
+            fn from_bits(bits: u64) -> Self { bits as $t }
         }
     )*};
 }
@@ -130,6 +138,9 @@ impl TT for f32 {
     fn bits(self) -> u64 {
         self.to_bits() as u64
     }
+    fn from_bits(bits: u64) -> Self {
+        f32::from_bits(bits as u32)
+    }
 }
 
 impl TT for f64 {
@@ -151,6 +162,9 @@ impl TT for f64 {
     }
     fn bits(self) -> u64 {
         self.to_bits()
+    }
+    fn from_bits(bits: u64) -> Self {
+        f64::from_bits(bits)
     }
 }
 
@@ -205,6 +219,9 @@ impl TT for f16 {
     fn bits(self) -> u64 {
         self.to_bits() as u64
     }
+    fn from_bits(bits: u64) -> Self {
+        f16::from_bits(bits as u16)
+    }
 }
 
 impl TT for bf16 {
@@ -232,6 +249,9 @@ impl TT for bf16 {
     }
     fn bits(self) -> u64 {
         self.to_bits() as u64
+    }
+    fn from_bits(bits: u64) -> Self {
+        bf16::from_bits(bits as u16)
     }
 }
 
@@ -317,7 +337,8 @@ fn make_view(dims: &[usize], kind: Kind) -> View {
         Kind::Contiguous => {}
         Kind::Offset => extra = 5,
         Kind::Transposed => perm.reverse(),
-        Kind::Rotated => perm.rotate_left(1),
+        Kind::Rotated if r > 0 => perm.rotate_left(1),
+        Kind::Rotated => {}
         Kind::Narrowed => {
             for i in 0..r {
                 pad[i] = 1 + i % 2;
@@ -674,7 +695,11 @@ fn check_uop<T: TT>(s: &Stream, op: UOp, view: View) -> usize {
     run_uop(s, op, &src.view.dims, src.strided(), &mut out.view())
         .unwrap_or_else(|e| panic!("{ctx}: {e}"));
     let got = out.read(&ctx);
-    let want: Vec<Want<T>> = src.values().into_iter().map(|x| unary_want(op, x)).collect();
+    let want: Vec<Want<T>> = src
+        .values()
+        .into_iter()
+        .map(|x| unary_want(op, x))
+        .collect();
     compare(&ctx, &got, &want, T::REL, T::ABS);
     n
 }
@@ -686,10 +711,16 @@ fn unary_ops_for<T: TT>(s: &Stream, pairs: &mut Vec<String>, layouts: &mut usize
         if let UOp::Unary(o) = op {
             if !o.supports(T::NAME) {
                 // No kernel: a typed error, and nothing launched.
-                let src = Operand::new(s, make_view(&[3, 4], Kind::Contiguous), || T::from_f64(1.0));
+                let src =
+                    Operand::new(s, make_view(&[3, 4], Kind::Contiguous), || T::from_f64(1.0));
                 let mut out = Output::<T>::new(s, 12);
                 let e = ew::unary(s, o, &[3, 4], src.strided(), &mut out.view()).unwrap_err();
-                assert!(matches!(e, Error::Unsupported { .. }), "{} {}: {e}", o.name(), T::NAME);
+                assert!(
+                    matches!(e, Error::Unsupported { .. }),
+                    "{} {}: {e}",
+                    o.name(),
+                    T::NAME
+                );
                 assert!(out.untouched(), "{} {}: launched anyway", o.name(), T::NAME);
                 continue;
             }
@@ -702,6 +733,30 @@ fn unary_ops_for<T: TT>(s: &Stream, pairs: &mut Vec<String>, layouts: &mut usize
         }
         pairs.push(format!("{}_{}", op.name(), T::NAME));
     }
+}
+
+/// Copies (ucopy, and same-dtype casts) move bits exactly, NaN payloads included.
+fn check_bit_exact_copies<T: TT>(s: &Stream, pairs: &mut Vec<String>) {
+    for kind in [Kind::Contiguous, Kind::Transposed, Kind::Offset] {
+        let view = make_view(&[37, 29], kind);
+        let label = format!("bit-exact copy {} on {}", T::NAME, view.describe());
+        let seed = seed_for(&label);
+        let ctx = format!("{label} (seed {seed:#x})");
+        let mut rng = Lcg::new(seed);
+        let src = Operand::new(s, view, || T::from_bits(rng.next_u64()));
+        let want: Vec<u64> = src.values().iter().map(|v| v.bits()).collect();
+        let mut out = Output::<T>::new(s, want.len());
+        ew::copy_strided(s, &[37, 29], src.strided(), &mut out.view())
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let got: Vec<u64> = out.read(&ctx).iter().map(|v| v.bits()).collect();
+        assert!(got == want, "{ctx}: ucopy changed bits");
+        let mut out = Output::<T>::new(s, want.len());
+        ew::cast::<T, T>(s, &[37, 29], src.strided(), &mut out.view())
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let got: Vec<u64> = out.read(&ctx).iter().map(|v| v.bits()).collect();
+        assert!(got == want, "{ctx}: cast to the same dtype changed bits");
+    }
+    pairs.push(format!("bitcopy_{}", T::NAME));
 }
 
 #[test]
@@ -718,6 +773,15 @@ fn unary_all_ops_all_dtypes() {
     unary_ops_for::<f16>(&s, &mut pairs, &mut layouts);
     unary_ops_for::<f32>(&s, &mut pairs, &mut layouts);
     unary_ops_for::<f64>(&s, &mut pairs, &mut layouts);
+    check_bit_exact_copies::<u8>(&s, &mut pairs);
+    check_bit_exact_copies::<u32>(&s, &mut pairs);
+    check_bit_exact_copies::<i16>(&s, &mut pairs);
+    check_bit_exact_copies::<i32>(&s, &mut pairs);
+    check_bit_exact_copies::<i64>(&s, &mut pairs);
+    check_bit_exact_copies::<bf16>(&s, &mut pairs);
+    check_bit_exact_copies::<f16>(&s, &mut pairs);
+    check_bit_exact_copies::<f32>(&s, &mut pairs);
+    check_bit_exact_copies::<f64>(&s, &mut pairs);
     println!(
         "unary: {} (op, dtype) pairs over {layouts} layouts: {}",
         pairs.len(),
@@ -726,7 +790,11 @@ fn unary_all_ops_all_dtypes() {
 }
 
 fn param_ops_for<T: TT>(s: &Stream, pairs: &mut Vec<String>, layouts: &mut usize) {
-    let mut ops = vec![UOp::Affine(1.5, -0.25), UOp::Affine(-2.0, 7.0), UOp::Affine(3.0, 0.0)];
+    let mut ops = vec![
+        UOp::Affine(1.5, -0.25),
+        UOp::Affine(-2.0, 7.0),
+        UOp::Affine(3.0, 0.0),
+    ];
     if T::IS_FLOAT {
         ops.extend([
             UOp::Powf(2.5),
@@ -1063,7 +1131,11 @@ fn gen_cast_input<S: TT>(rng: &mut Lcg, i: usize) -> S {
         }
         let mag = 10f64.powf(rng.uniform(-10.0, 20.0));
         // Half of them small enough to hit every integer type's range.
-        let mag = if rng.below(2) == 0 { mag } else { mag % 70000.0 };
+        let mag = if rng.below(2) == 0 {
+            mag
+        } else {
+            mag % 70000.0
+        };
         S::from_f64(if rng.below(2) == 0 { -mag } else { mag })
     } else if i < INT_SPECIALS.len() {
         S::from_i128(INT_SPECIALS[i])
@@ -1101,7 +1173,9 @@ fn cast_pair<S: TT, D: TT>(s: &Stream, pairs: &mut Vec<String>, layouts: &mut us
             let mut rng = Lcg::new(seed);
             // Specials at the view's first positions (in storage order for contiguous views).
             let positions = view.positions();
-            let mut host: Vec<S> = (0..view.buf_len).map(|_| gen_cast_input(&mut rng, usize::MAX)).collect();
+            let mut host: Vec<S> = (0..view.buf_len)
+                .map(|_| gen_cast_input(&mut rng, usize::MAX))
+                .collect();
             for (i, &p) in positions.iter().enumerate() {
                 host[p] = gen_cast_input(&mut rng, i);
             }
@@ -1111,7 +1185,8 @@ fn cast_pair<S: TT, D: TT>(s: &Stream, pairs: &mut Vec<String>, layouts: &mut us
                 strides: &view.strides,
             };
             let mut out = Output::<D>::new(s, positions.len());
-            ew::cast::<S, D>(s, &dims, src, &mut out.view()).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            ew::cast::<S, D>(s, &dims, src, &mut out.view())
+                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
             let got = out.read(&ctx);
             let want: Vec<Want<D>> = positions
                 .iter()
@@ -1258,8 +1333,15 @@ fn where_all_cond_and_value_dtypes() {
     let cond = Operand::new(&s, make_view(&[4], Kind::Contiguous), || 1.0f32);
     let t = Operand::new(&s, make_view(&[4], Kind::Contiguous), || 1.0f32);
     let mut out = Output::<f32>::new(&s, 4);
-    let e = ew::where_cond(&s, &[4], cond.strided(), t.strided(), t.strided(), &mut out.view())
-        .unwrap_err();
+    let e = ew::where_cond(
+        &s,
+        &[4],
+        cond.strided(),
+        t.strided(),
+        t.strided(),
+        &mut out.view(),
+    )
+    .unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     assert!(out.untouched());
     println!(
@@ -1296,7 +1378,9 @@ fn fills_for<T: TT>(s: &Stream, pairs: &mut Vec<String>, layouts: &mut usize) {
             let seed = seed_for(&label);
             let ctx = format!("{label} (seed {seed:#x})");
             let mut rng = Lcg::new(seed);
-            let host: Vec<T> = (0..view.buf_len).map(|_| gen_int_or_float::<T>(&mut rng)).collect();
+            let host: Vec<T> = (0..view.buf_len)
+                .map(|_| gen_int_or_float::<T>(&mut rng))
+                .collect();
             let mut buf = s.alloc_from_host(&host).expect("upload");
             let mut dst = buf.slice_mut(view.offset..).expect("view");
             ew::const_set(s, &dims, &view.strides, &mut dst, value)
@@ -1326,7 +1410,13 @@ fn fills_for<T: TT>(s: &Stream, pairs: &mut Vec<String>, layouts: &mut usize) {
         let seed = seed_for(&label);
         let ctx = format!("{label} (seed {seed:#x})");
         let mut rng = Lcg::new(seed);
-        let span = |stride: usize| if d1 == 0 || d2 == 0 { 0 } else { (d1 - 1) * stride + d2 };
+        let span = |stride: usize| {
+            if d1 == 0 || d2 == 0 {
+                0
+            } else {
+                (d1 - 1) * stride + d2
+            }
+        };
         let src_host: Vec<T> = (0..src_off + span(src_s) + 2)
             .map(|_| gen_int_or_float::<T>(&mut rng))
             .collect();
@@ -1430,7 +1520,9 @@ fn cast_pair_large<S: TT, D: TT>(s: &Stream, view: &View) {
     let seed = seed_for(&label);
     let ctx = format!("{label} (seed {seed:#x})");
     let mut rng = Lcg::new(seed);
-    let src = Operand::new(s, view.clone(), || gen_cast_input::<S>(&mut rng, usize::MAX));
+    let src = Operand::new(s, view.clone(), || {
+        gen_cast_input::<S>(&mut rng, usize::MAX)
+    });
     let mut out = Output::<D>::new(s, numel(&view.dims));
     ew::cast::<S, D>(s, &view.dims, src.strided(), &mut out.view())
         .unwrap_or_else(|e| panic!("{ctx}: {e}"));
@@ -1543,7 +1635,13 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
     // Rank mismatch.
     assert_layout_err(
         "rank mismatch",
-        ew::unary(&s, UnaryOp::Exp, &[4, 5], Strided::new(src.as_slice(), &[1]), &mut out.view()),
+        ew::unary(
+            &s,
+            UnaryOp::Exp,
+            &[4, 5],
+            Strided::new(src.as_slice(), &[1]),
+            &mut out.view(),
+        ),
     );
     checked += 1;
     // A view too short for its strides (contiguous, transposed, broadcast).
@@ -1551,9 +1649,21 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
     for strides in [[5usize, 1], [1, 4], [0, 1]] {
         let r = if strides == [0, 1] {
             let tiny = src.slice(..4).unwrap();
-            ew::unary(&s, UnaryOp::Neg, &[4, 5], Strided::new(tiny, &strides), &mut out.view())
+            ew::unary(
+                &s,
+                UnaryOp::Neg,
+                &[4, 5],
+                Strided::new(tiny, &strides),
+                &mut out.view(),
+            )
         } else {
-            ew::unary(&s, UnaryOp::Neg, &[4, 5], Strided::new(short, &strides), &mut out.view())
+            ew::unary(
+                &s,
+                UnaryOp::Neg,
+                &[4, 5],
+                Strided::new(short, &strides),
+                &mut out.view(),
+            )
         };
         assert_layout_err(&format!("short view, strides {strides:?}"), r);
         checked += 1;
@@ -1634,7 +1744,12 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
         let mut cast_out = Output::<f16>::new(&s, 20);
         assert_layout_err(
             "cast src too short",
-            ew::cast::<f32, f16>(&s, &[4, 5], Strided::new(short, &[5, 1]), &mut cast_out.view()),
+            ew::cast::<f32, f16>(
+                &s,
+                &[4, 5],
+                Strided::new(short, &[5, 1]),
+                &mut cast_out.view(),
+            ),
         );
         assert!(cast_out.untouched(), "cast launched after a layout error");
         checked += 5;
@@ -1683,8 +1798,14 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
     // Empty shapes: Ok without a launch (but the destination length must still match).
     {
         let mut empty = Output::<f32>::new(&s, 0);
-        ew::unary(&s, UnaryOp::Exp, &[0, 3], Strided::new(src.slice(..0).unwrap(), &[3, 1]), &mut empty.view())
-            .expect("empty unary");
+        ew::unary(
+            &s,
+            UnaryOp::Exp,
+            &[0, 3],
+            Strided::new(src.slice(..0).unwrap(), &[3, 1]),
+            &mut empty.view(),
+        )
+        .expect("empty unary");
         ew::binary(
             &s,
             BinaryOp::Add,
@@ -1700,7 +1821,13 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
         assert!(empty.untouched(), "a kernel ran for an empty shape");
         assert_layout_err(
             "empty shape, non-empty dst",
-            ew::unary(&s, UnaryOp::Exp, &[0, 3], Strided::new(src.as_slice(), &[3, 1]), &mut out.view()),
+            ew::unary(
+                &s,
+                UnaryOp::Exp,
+                &[0, 3],
+                Strided::new(src.as_slice(), &[3, 1]),
+                &mut out.view(),
+            ),
         );
         checked += 6;
     }
@@ -1708,22 +1835,51 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
     {
         let ints = s.alloc_from_host(&[1i32; 20]).unwrap();
         let mut int_out = Output::<i32>::new(&s, 20);
-        for op in [UnaryOp::Exp, UnaryOp::Sqrt, UnaryOp::Sigmoid, UnaryOp::Recip] {
-            let e = ew::unary(&s, op, &[20], Strided::new(ints.as_slice(), &[1]), &mut int_out.view())
-                .unwrap_err();
+        for op in [
+            UnaryOp::Exp,
+            UnaryOp::Sqrt,
+            UnaryOp::Sigmoid,
+            UnaryOp::Recip,
+        ] {
+            let e = ew::unary(
+                &s,
+                op,
+                &[20],
+                Strided::new(ints.as_slice(), &[1]),
+                &mut int_out.view(),
+            )
+            .unwrap_err();
             assert!(matches!(e, Error::Unsupported { .. }), "{op:?} i32: {e}");
         }
-        let e = ew::powf(&s, &[20], Strided::new(ints.as_slice(), &[1]), &mut int_out.view(), 2.0)
-            .unwrap_err();
+        let e = ew::powf(
+            &s,
+            &[20],
+            Strided::new(ints.as_slice(), &[1]),
+            &mut int_out.view(),
+            2.0,
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Unsupported { .. }), "powf i32: {e}");
         assert!(int_out.untouched());
         let bytes = s.alloc_from_host(&[1u8; 20]).unwrap();
         let mut byte_out = Output::<u8>::new(&s, 20);
-        let e = ew::unary(&s, UnaryOp::Neg, &[20], Strided::new(bytes.as_slice(), &[1]), &mut byte_out.view())
-            .unwrap_err();
+        let e = ew::unary(
+            &s,
+            UnaryOp::Neg,
+            &[20],
+            Strided::new(bytes.as_slice(), &[1]),
+            &mut byte_out.view(),
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Unsupported { .. }), "neg u8: {e}");
-        let e = ew::elu(&s, &[20], Strided::new(bytes.as_slice(), &[1]), &mut byte_out.view(), 1.0)
-            .unwrap_err();
+        let e = ew::elu(
+            &s,
+            &[20],
+            Strided::new(bytes.as_slice(), &[1]),
+            &mut byte_out.view(),
+            1.0,
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Unsupported { .. }), "elu u8: {e}");
         assert!(byte_out.untouched());
         checked += 7;
