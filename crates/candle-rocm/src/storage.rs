@@ -746,13 +746,12 @@ impl BackendStorage for RocmStorage {
     }
 
     fn unary_impl<B: UnaryOpT>(&self, layout: &Layout) -> Result<Self> {
+        // Named as the kernel wrappers name it, so that their errors read "unary exp: ...".
+        let name = format!("unary {}", B::NAME);
+        let op = name.as_str();
         let Some(kop) = unary_op_from_name(B::NAME) else {
-            return Err(self.not_implemented(
-                &format!("unary {}", B::NAME),
-                "no ROCm kernel for this unary op",
-            ));
+            return Err(self.not_implemented(op, "no ROCm kernel for this unary op"));
         };
-        let op = B::NAME;
         let dev = &self.device;
         let slice = map_dtype!(&self.slice, op, |b| map1(
             dev,
@@ -779,9 +778,10 @@ impl BackendStorage for RocmStorage {
             );
         };
         let dev = &self.device;
+        let label = format!("binary {op}");
         let slice = map_dtype2!(&self.slice, &rhs.slice, op, |a, b| map2(
             dev,
-            op,
+            &label,
             (a, lhs_l),
             (b, rhs_l),
             |s, d, l, r, dst| ew::binary(s, kop, d, l, r, dst)

@@ -770,7 +770,7 @@ impl Matrix {
 fn judge(
     expect: Expect,
     gpu: candle_core::Result<CpuStorage>,
-    cpu: Option<std::thread::Result<candle_core::Result<CpuStorage>>>,
+    cpu: Option<OracleResult<CpuStorage>>,
     reference: Option<CpuStorage>,
     exact: bool,
 ) -> Outcome {
@@ -796,7 +796,7 @@ fn judge(
             Err(m) => format!("CPU oracle differs ({m})"),
         },
         Some(Ok(Err(e))) => format!("CPU oracle refuses ({e})"),
-        Some(Err(_)) => "CPU oracle panics".to_string(),
+        Some(Err(msg)) => format!("CPU oracle panics ({msg})"),
         None => "CPU oracle not consulted (known to panic)".to_string(),
     };
     match reference {
@@ -835,7 +835,8 @@ impl Ctx {
     }
 
     /// Lets the caching allocator hand out memory full of 0xFF bytes next (NaN for floats, -1
-    /// or MAX for integers), so that an output element a kernel forgets to write shows.
+    /// or MAX for integers), so that an output element a kernel forgets to write shows. Call
+    /// it after the inputs are uploaded, right before the op allocates its output.
     fn poison(&self, bytes: usize) {
         if bytes > 0 {
             drop(self.dev.storage_from_slice(&vec![0xFFu8; bytes]));
@@ -847,11 +848,36 @@ fn gpu_result(r: candle_core::Result<RocmStorage>) -> candle_core::Result<CpuSto
     r.and_then(|s| s.to_cpu_storage())
 }
 
-fn oracle<T>(
-    f: impl FnOnce() -> candle_core::Result<T>,
-) -> std::thread::Result<candle_core::Result<T>> {
-    catch_unwind(AssertUnwindSafe(f))
+thread_local! {
+    static QUIET_PANICS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
+
+/// Runs the CPU oracle, catching its panics (`todo!`s, out-of-range slices) without printing
+/// them: the panic message becomes part of the outcome instead.
+fn oracle<T>(f: impl FnOnce() -> candle_core::Result<T>) -> OracleResult<T> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET_PANICS.with(|q| q.get()) {
+                default(info)
+            }
+        }));
+    });
+    QUIET_PANICS.with(|q| q.set(true));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    QUIET_PANICS.with(|q| q.set(false));
+    r.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic".into())
+    })
+}
+
+/// The oracle's result, or the message it panicked with.
+type OracleResult<T> = Result<candle_core::Result<T>, String>;
 
 /// A one-input op, generic over the backend.
 trait Op1 {
@@ -911,8 +937,9 @@ fn run_op1<O: Op1>(ctx: &mut Ctx, op: &O, spec: Spec1<'_>) {
         let mut rng = Rng::new(seed);
         let input = gen(spec.dtype, needed_len(&case.layout), spec.dist, &mut rng);
         let n = case.layout.shape().elem_count();
+        let g_in = ctx.upload(&input);
         ctx.poison(n * spec.out_dtype.size_in_bytes());
-        let gpu = gpu_result(op.apply(&ctx.upload(&input), &case.layout));
+        let gpu = gpu_result(op.apply(&g_in, &case.layout));
         let cpu = spec
             .consult_cpu
             .then(|| oracle(|| op.apply(&input, &case.layout)));
@@ -1102,8 +1129,9 @@ fn run_to_dtype(ctx: &mut Ctx) {
                 let seed = case_seed(ctx.base, &[&row, col, case.name]);
                 let mut rng = Rng::new(seed);
                 let input = gen(src, needed_len(&case.layout), Dist::CastMix, &mut rng);
+                let g_in = ctx.upload(&input);
                 ctx.poison(case.layout.shape().elem_count() * dst.size_in_bytes());
-                let gpu = gpu_result(op.apply(&ctx.upload(&input), &case.layout));
+                let gpu = gpu_result(op.apply(&g_in, &case.layout));
                 let cpu =
                     (expect == Expect::Pass).then(|| oracle(|| op.apply(&input, &case.layout)));
                 let reference = cast_reference(&input, &case.layout, dst)
@@ -1186,8 +1214,9 @@ fn run_op2<O: Op2>(
         let mut rng = Rng::new(seed);
         let lhs = gen(dtype, needed_len(&case.lhs), dl, &mut rng);
         let rhs = gen(dtype, needed_len(&case.rhs), dr, &mut rng);
+        let (gl, gr) = (ctx.upload(&lhs), ctx.upload(&rhs));
         ctx.poison(case.lhs.shape().elem_count() * out_dtype.size_in_bytes());
-        let gpu = gpu_result(op.apply(&ctx.upload(&lhs), &ctx.upload(&rhs), &case.lhs, &case.rhs));
+        let gpu = gpu_result(op.apply(&gl, &gr, &case.lhs, &case.rhs));
         let consult = expect == Expect::Pass;
         let cpu = consult.then(|| oracle(|| op.apply(&lhs, &rhs, &case.lhs, &case.rhs)));
         let reference = reference.map(|f| {
@@ -1299,8 +1328,8 @@ fn run_where(ctx: &mut Ctx) {
                 );
                 let t = gen(dtype, needed_len(&case.t), Dist::General, &mut rng);
                 let f = gen(dtype, needed_len(&case.f), Dist::General, &mut rng);
-                ctx.poison(case.cond.shape().elem_count() * dtype.size_in_bytes());
                 let (gc, gt, gf) = (ctx.upload(&cond), ctx.upload(&t), ctx.upload(&f));
+                ctx.poison(case.cond.shape().elem_count() * dtype.size_in_bytes());
                 let gpu = gpu_result(gc.where_cond(&case.cond, &gt, &case.t, &gf, &case.f));
                 let cpu = (expect == Expect::Pass)
                     .then(|| oracle(|| cond.where_cond(&case.cond, &t, &case.t, &f, &case.f)));
@@ -1808,11 +1837,10 @@ fn references_agree_with_the_cpu_oracle_where_it_is_right() {
     fn unary<B: UnaryOpT + 'static>(dist: Dist) {
         for dtype in [DType::F32, DType::F64] {
             // Empty layouts are skipped: the CPU backend panics on some of them (a zero inner
-            // dim after a narrow), and the suite compares them with an empty reference.
-            for case in unary_cases()
-                .into_iter()
-                .filter(|c| c.layout.shape().elem_count() > 0)
-            {
+            // dim after a narrow), and the suite compares them with an empty reference. Large layouts
+            // are skipped to keep this tier-1 test fast in debug builds.
+            let small = |c: &Case| (1..=1000).contains(&c.layout.shape().elem_count());
+            for case in unary_cases().into_iter().filter(small) {
                 let mut rng = Rng::new(case_seed(1, &[B::NAME, case.name]));
                 let input = gen(dtype, needed_len(&case.layout), dist, &mut rng);
                 let want = input.unary_impl::<B>(&case.layout).unwrap();
@@ -1888,10 +1916,8 @@ fn references_agree_with_the_cpu_oracle_where_it_is_right() {
     // rounding paths, compared with tolerance).
     for src in KERNEL_DTYPES {
         for dst in KERNEL_DTYPES {
-            for case in unary_cases()
-                .into_iter()
-                .filter(|c| c.layout.shape().elem_count() > 0)
-            {
+            let small = |c: &Case| (1..=1000).contains(&c.layout.shape().elem_count());
+            for case in unary_cases().into_iter().filter(small) {
                 let mut rng = Rng::new(case_seed(3, &[src.as_str(), dst.as_str(), case.name]));
                 let input = gen(src, needed_len(&case.layout), Dist::CastMix, &mut rng);
                 let want = input.to_dtype(&case.layout, dst).unwrap();

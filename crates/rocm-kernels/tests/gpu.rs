@@ -380,7 +380,8 @@ fn make_view(dims: &[usize], kind: Kind) -> View {
         dims: dims.to_vec(),
         strides,
         offset,
-        buf_len: extra + acc,
+        // An empty view (a zero dim) may start past its padded storage: keep the slice valid.
+        buf_len: (extra + acc).max(offset),
         kind,
     }
 }
