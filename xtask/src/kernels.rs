@@ -1017,7 +1017,7 @@ fn check_committed(
         }
     }
     if rec.compiler == now.compiler {
-        if rec.bundle_sha256 != now.bundle_sha256 {
+        if rec.archs == now.archs && rec.bundle_sha256 != now.bundle_sha256 {
             notes.push(format!(
                 "{name}: same compiler, but the rebuilt bundle differs bitwise from the committed one"
             ));
