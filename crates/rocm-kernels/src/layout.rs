@@ -43,7 +43,10 @@ mod tests {
     fn contiguity() {
         assert!(is_contiguous(&[2, 3], &[3, 1]));
         assert!(is_contiguous(&[], &[]));
-        assert!(is_contiguous(&[2, 1, 3], &[3, 99, 1]), "size-1 dims may have any stride");
+        assert!(
+            is_contiguous(&[2, 1, 3], &[3, 99, 1]),
+            "size-1 dims may have any stride"
+        );
         assert!(!is_contiguous(&[2, 3], &[1, 2]), "transposed");
         assert!(!is_contiguous(&[2, 3], &[0, 1]), "broadcast");
         assert!(!is_contiguous(&[2, 3], &[3]), "rank mismatch");

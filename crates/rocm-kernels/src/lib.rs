@@ -15,8 +15,14 @@ pub mod bundle;
 pub mod dtype;
 pub mod elementwise;
 pub mod error;
+pub mod indexing;
 pub mod layout;
 pub mod modules;
+pub mod nn;
+pub mod pool;
+pub mod random;
+pub mod reduce;
+pub mod sort;
 
 pub use dtype::KernelDType;
 pub use error::{Error, Result};

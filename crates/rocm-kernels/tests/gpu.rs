@@ -1887,3 +1887,17 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
     }
     println!("errors: {checked} invalid calls rejected before any launch");
 }
+
+// Further kernel families, one file each (they use this file's helpers through `super::*`).
+#[path = "families/indexing.rs"]
+mod indexing;
+#[path = "families/nn.rs"]
+mod nn;
+#[path = "families/pool.rs"]
+mod pool;
+#[path = "families/random.rs"]
+mod random;
+#[path = "families/reduce.rs"]
+mod reduce;
+#[path = "families/sort.rs"]
+mod sort;

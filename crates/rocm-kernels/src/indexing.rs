@@ -1,0 +1,1 @@
+//! Work in progress: the `indexing` kernel family's launch wrappers.

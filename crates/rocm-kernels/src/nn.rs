@@ -1,0 +1,1 @@
+//! Work in progress: the `nn` kernel family's launch wrappers.

@@ -1,0 +1,1 @@
+//! Work in progress: the `pool` kernel family's launch wrappers.

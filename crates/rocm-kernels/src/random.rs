@@ -1,0 +1,1 @@
+//! Work in progress: the `random` kernel family's launch wrappers.

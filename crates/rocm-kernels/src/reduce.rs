@@ -1,0 +1,1 @@
+//! Work in progress: the `reduce` kernel family's launch wrappers.

@@ -1,0 +1,1 @@
+//! Work in progress: the `sort` kernel family's launch wrappers.
