@@ -6,10 +6,17 @@
 //! * [`dtype`]: the element types kernels are instantiated for.
 //! * [`layout`]: `SlicePtrOrNull` layout info (dims + per-operand strides, or null when every
 //!   operand is contiguous).
-//! * [`elementwise`]: typed launch wrappers for the element-wise families.
+//! * [`modules`]: loading a module onto a device: on AMD the matching code object from the
+//!   committed multi-arch bundle (`bundles/*.hipfb`, built by `cargo xtask build-kernels`,
+//!   embedded with the default `aot` feature) when it is fresh for the source; otherwise (NVIDIA,
+//!   an uncovered architecture, a stale bundle, `ROCM_KERNELS_JIT=1`) run-time compilation
+//!   through hip-core's disk cache.
+//! * [`bundle`]: our own parser of clang offload bundles and the target-ID matching rule.
+//! * [`elementwise`]: typed launch wrappers for the element-wise families (unary, affine,
+//!   binary/cmp, cast, where, fill/copy).
 //!
-//! Work in progress (the kernels/backend issue): the module loader (AOT bundle or JIT), the
-//! bundle parser and `cargo xtask build-kernels` are being added.
+//! The remaining families (reduce, nn, indexing, sort, pool/upsample, random) are being added
+//! under the kernels/backend issue.
 
 pub mod bundle;
 pub mod dtype;
