@@ -710,6 +710,50 @@ impl Matrix {
         self.cells.insert(key, merged);
     }
 
+    /// The matrix as a markdown table, for docs/ops.md.
+    fn render_markdown(&self, device: &str) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# Op coverage (generated)\n");
+        let _ = writeln!(
+            s,
+            "Written by the conformance suite (`CANDLE_ROCM_OPS_MD=docs/ops.md cargo test -p \
+             candle-rocm --test conformance -- --include-ignored conformance_matrix`) on {device}, \
+             base seed {:#x}. Do not edit by hand.\n",
+            self.base_seed
+        );
+        let _ = writeln!(
+            s,
+            "`ok`: matches candle's CPU backend; `ok*`: matches an independent f64/integer \
+             reference where the CPU oracle differs, refuses or panics; `err`: a typed \
+             `RocmError` naming op and dtype, as expected; `.`: not applicable. Ops not listed \
+             return a typed error (not implemented yet).\n"
+        );
+        let _ = write!(s, "| op |");
+        for c in COLUMNS {
+            let _ = write!(s, " {c} |");
+        }
+        let _ = write!(s, "\n|---|");
+        for _ in COLUMNS {
+            let _ = write!(s, "---|");
+        }
+        s.push('\n');
+        for r in &self.rows {
+            let _ = write!(s, "| {r} |");
+            for c in COLUMNS {
+                let cell = match self.cells.get(&(r.clone(), c.to_string())) {
+                    None => ".",
+                    Some(Outcome::Pass) => "ok",
+                    Some(Outcome::PassReference(_)) => "ok*",
+                    Some(Outcome::TypedError) => "err",
+                    Some(Outcome::Fail(_)) => "FAIL",
+                };
+                let _ = write!(s, " {cell} |");
+            }
+            s.push('\n');
+        }
+        s
+    }
+
     fn render(&self) -> String {
         let width = self.rows.iter().map(|r| r.len()).max().unwrap_or(0).max(10);
         let mut s = String::new();
@@ -1511,6 +1555,12 @@ fn conformance_matrix() {
     run_where(&mut ctx);
     run_copies(&mut ctx);
     println!("{}", ctx.matrix.render());
+    // docs/ops.md is this table: `CANDLE_ROCM_OPS_MD=path` writes it as markdown.
+    if let Some(path) = std::env::var_os("CANDLE_ROCM_OPS_MD") {
+        let device = format!("{:?}", ctx.dev);
+        std::fs::write(&path, ctx.matrix.render_markdown(&device))
+            .unwrap_or_else(|e| panic!("writing {path:?}: {e}"));
+    }
     if !ctx.matrix.failures.is_empty() {
         let mut msg = format!("{} failing case(s):\n", ctx.matrix.failures.len());
         for f in ctx.matrix.failures.iter().take(60) {
