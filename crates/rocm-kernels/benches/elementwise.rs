@@ -1,0 +1,160 @@
+//! Element-wise kernel throughput against the device's own copy bandwidth, measured in the same
+//! run (criterion; bytes = bytes read + bytes written). On a GPU machine:
+//! `cargo bench -p rocm-kernels --no-default-features --bench elementwise -- --warm-up-time 1 --measurement-time 2`
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use half::bf16;
+use hip_core::{Device, Event, Stream};
+use rocm_kernels::elementwise::{self as ew, BinaryOp, Strided, UnaryOp};
+
+/// 2^26 elements, as the kernels issue's targets are stated.
+const N: usize = 1 << 26;
+
+fn time_on_stream(d: Device, stream: &Stream, iters: u64, mut op: impl FnMut()) -> Duration {
+    let start = Event::new(d, true).unwrap();
+    let end = Event::new(d, true).unwrap();
+    start.record(stream).unwrap();
+    for _ in 0..iters {
+        op();
+    }
+    end.record(stream).unwrap();
+    end.synchronize().unwrap();
+    Duration::from_secs_f64(start.elapsed_ms(&end).unwrap() as f64 * 1e-3)
+}
+
+fn elementwise(c: &mut Criterion) {
+    let d = match Device::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rocm-kernels benches need a GPU: {e}");
+            return;
+        }
+    };
+    let s = d.create_stream().unwrap();
+    let dims = [N];
+    let strides = [1usize];
+    let host: Vec<f32> = (0..N).map(|i| ((i % 1024) as f32) * 1e-3 - 0.5).collect();
+    let x = s.alloc_from_host(&host).unwrap();
+    let y = s.alloc_from_host(&host).unwrap();
+    let mut out = s.alloc::<f32>(N).unwrap();
+    let hb: Vec<bf16> = host.iter().map(|&v| bf16::from_f32(v)).collect();
+    let xb = s.alloc_from_host(&hb).unwrap();
+    let yb = s.alloc_from_host(&hb).unwrap();
+    let mut outb = s.alloc::<bf16>(N).unwrap();
+    let mut out16 = s.alloc::<half::f16>(N).unwrap();
+    let f32_bytes = (N * 4) as u64;
+
+    let mut g = c.benchmark_group("elementwise_2^26");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes(2 * f32_bytes));
+    g.bench_function("reference_copy_f32", |b| {
+        b.iter_custom(|n| {
+            time_on_stream(d, &s, n, || {
+                out.as_mut_slice().copy_from_device(&x.as_slice()).unwrap()
+            })
+        })
+    });
+    for (name, op) in [("exp_f32", UnaryOp::Exp), ("gelu_f32", UnaryOp::Gelu)] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|n| {
+                time_on_stream(d, &s, n, || {
+                    ew::unary(
+                        &s,
+                        op,
+                        &dims,
+                        Strided::new(x.as_slice(), &strides),
+                        &mut out.as_mut_slice(),
+                    )
+                    .unwrap()
+                })
+            })
+        });
+    }
+    g.bench_function("affine_f32", |b| {
+        b.iter_custom(|n| {
+            time_on_stream(d, &s, n, || {
+                ew::affine(
+                    &s,
+                    &dims,
+                    Strided::new(x.as_slice(), &strides),
+                    &mut out.as_mut_slice(),
+                    1.5,
+                    0.25,
+                )
+                .unwrap()
+            })
+        })
+    });
+    g.throughput(Throughput::Bytes(3 * f32_bytes));
+    g.bench_function("add_f32", |b| {
+        b.iter_custom(|n| {
+            time_on_stream(d, &s, n, || {
+                ew::binary(
+                    &s,
+                    BinaryOp::Add,
+                    &dims,
+                    Strided::new(x.as_slice(), &strides),
+                    Strided::new(y.as_slice(), &strides),
+                    &mut out.as_mut_slice(),
+                )
+                .unwrap()
+            })
+        })
+    });
+    g.throughput(Throughput::Bytes(3 * f32_bytes / 2));
+    g.bench_function("add_bf16", |b| {
+        b.iter_custom(|n| {
+            time_on_stream(d, &s, n, || {
+                ew::binary(
+                    &s,
+                    BinaryOp::Add,
+                    &dims,
+                    Strided::new(xb.as_slice(), &strides),
+                    Strided::new(yb.as_slice(), &strides),
+                    &mut outb.as_mut_slice(),
+                )
+                .unwrap()
+            })
+        })
+    });
+    g.throughput(Throughput::Bytes(f32_bytes + f32_bytes / 2));
+    g.bench_function("cast_f32_f16", |b| {
+        b.iter_custom(|n| {
+            time_on_stream(d, &s, n, || {
+                ew::cast(
+                    &s,
+                    &dims,
+                    Strided::new(x.as_slice(), &strides),
+                    &mut out16.as_mut_slice(),
+                )
+                .unwrap()
+            })
+        })
+    });
+    // A transposed (non-contiguous) copy of a (4096, 8192) f32 matrix: (8192, 4096) strides (1, 8192).
+    let tdims = [8192usize, 4096];
+    let tstrides = [1usize, 8192];
+    g.throughput(Throughput::Bytes(2 * (4096 * 8192 * 4) as u64));
+    let xt = x.slice(0..4096 * 8192).unwrap();
+    let mut outt = s.alloc::<f32>(4096 * 8192).unwrap();
+    g.bench_function("transposed_copy_4096x8192_f32", |b| {
+        b.iter_custom(|n| {
+            time_on_stream(d, &s, n, || {
+                ew::copy_strided(
+                    &s,
+                    &tdims,
+                    Strided::new(xt, &tstrides),
+                    &mut outt.as_mut_slice(),
+                )
+                .unwrap()
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, elementwise);
+criterion_main!(benches);
