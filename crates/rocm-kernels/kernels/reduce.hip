@@ -1,0 +1,244 @@
+// Reductions over an arbitrary set of dims of a strided input, all 9 dtypes:
+//   {sum,min,max}_{T}(out_numel, red_numel, nk, nr, info, inp, out: T*)
+//   {argmin,argmax}_{T}(out_numel, red_numel, nk, nr, info, inp, out: u32*)
+// and the same with `_block` before the dtype ({op}_block_{T}): one thread per output element
+// (sequential loop over the reduced elements; coalesced when the innermost kept dim has
+// stride 1) versus one block per output element (threads stride over the reduced elements,
+// then warp shuffles + shared memory; coalesced when the innermost reduced dim has stride 1,
+// e.g. contiguous rows reduced over their last dim(s)).
+//
+// `info` holds kept_dims[nk], kept_strides[nk], red_dims[nr], red_strides[nr] (nk, nr >= 1):
+// output element `o` (row-major over the kept dims, i.e. a contiguous output whose reduced dims
+// have size 1) reads the input at offset(o; kept) + offset(r; red) for r < red_numel (row-major
+// over the reduced dims in increasing dim order). `info` is null when the input is contiguous
+// and reduced over its trailing dims: then offset = o * red_numel + r. `inp` arrives offset to
+// the layout's start.
+//
+// Semantics (Candle's CPU backend, candle-core 0.11):
+// * sum: integers wrap (accumulated in an unsigned type at least 32 bits wide, truncated);
+//   f16/bf16/f32 accumulate in f32 (rounded once at the end), f64 in f64. Order: sequential per
+//   thread, then a tree: results may differ from Candle's sequential sums in the last bits.
+// * min/max/argmin/argmax fold like Candle's `ReduceIndex`: the result starts at element 0 and
+//   is replaced by a later element only when that one is strictly smaller (min) / larger (max).
+//   Hence ties give the first index; a NaN is never taken except when element 0 is NaN, which
+//   then stays (value and index 0). min/max write the chosen input element itself (bits
+//   preserved). argmin/argmax write the index r of the chosen element. red_numel >= 1 and
+//   < 2^32 - 1 (checked by the wrappers).
+
+#define RD_NONE 0xffffffffu
+
+__device__ __forceinline__ bool rd_isnan(float x) { return x != x; }
+__device__ __forceinline__ bool rd_isnan(double x) { return x != x; }
+__device__ __forceinline__ bool rd_isnan(u32) { return false; }
+__device__ __forceinline__ bool rd_isnan(i32) { return false; }
+__device__ __forceinline__ bool rd_isnan(i64) { return false; }
+
+// Type sums accumulate in.
+template <typename T> struct rd_sum_acc { typedef u32 type; };
+template <> struct rd_sum_acc<i64> { typedef u64 type; };
+template <> struct rd_sum_acc<bf16> { typedef float type; };
+template <> struct rd_sum_acc<f16> { typedef float type; };
+template <> struct rd_sum_acc<f32> { typedef float type; };
+template <> struct rd_sum_acc<f64> { typedef double type; };
+
+// Type min/max compare in (wide enough for shuffles, order-preserving).
+template <typename T> struct rd_cmp_type { typedef typename rk_compute<T>::type type; };
+template <> struct rd_cmp_type<u8> { typedef u32 type; };
+template <> struct rd_cmp_type<i16> { typedef i32 type; };
+
+template <typename T> struct rd_sum {
+    typedef typename rd_sum_acc<T>::type V;
+    static __device__ __forceinline__ V identity() { return (V)0; }
+    static __device__ __forceinline__ V make(T x, u32) { return (V)rk_to_compute(x); }
+    // Unsigned integers wrap; floats add.
+    static __device__ __forceinline__ V combine(V a, V b) { return a + b; }
+    static __device__ __forceinline__ V shfl_xor(V v, int mask) { return __shfl_xor(v, mask); }
+};
+
+template <typename C> struct rd_pair {
+    C v;
+    u32 i;  // RD_NONE: no element (yet)
+};
+
+template <typename T, bool MIN> struct rd_minmax {
+    typedef typename rd_cmp_type<T>::type C;
+    typedef rd_pair<C> V;
+    static __device__ __forceinline__ V identity() {
+        V r;
+        r.v = (C)0;
+        r.i = RD_NONE;
+        return r;
+    }
+    // NaNs are skipped here; element 0 is handled when the result is written.
+    static __device__ __forceinline__ V make(T x, u32 i) {
+        V r;
+        r.v = (C)rk_to_compute(x);
+        r.i = rd_isnan(r.v) ? RD_NONE : i;
+        return r;
+    }
+    // Commutative and associative: the strict extremum, the smallest index among equals.
+    static __device__ __forceinline__ V combine(V a, V b) {
+        if (b.i == RD_NONE) return a;
+        if (a.i == RD_NONE) return b;
+        if (MIN ? (b.v < a.v) : (b.v > a.v)) return b;
+        if (MIN ? (a.v < b.v) : (a.v > b.v)) return a;
+        return b.i < a.i ? b : a;
+    }
+    static __device__ __forceinline__ V shfl_xor(V v, int mask) {
+        V r;
+        r.v = __shfl_xor(v.v, mask);
+        r.i = __shfl_xor(v.i, mask);
+        return r;
+    }
+};
+
+// Offset of the `i`-th element (row-major) of `n` dims with `strides`; index type I.
+template <typename I>
+__device__ __forceinline__ u64 rd_offset(I i, u32 n, const u64* dims, const u64* strides) {
+    u64 off = 0;
+    for (int d = (int)n - 1; d >= 0; --d) {
+        const I dim = (I)dims[d];
+        off += (u64)(i % dim) * strides[d];
+        i /= dim;
+    }
+    return off;
+}
+
+// The reduced part of `info`: red_dims at info + 2 * nk, red_strides right after.
+struct rd_layout {
+    const u64* info;
+    u32 nk, nr;
+    __device__ __forceinline__ u64 base(u64 o, u64 red_numel) const {
+        return info == nullptr ? o * red_numel : rd_offset<u64>(o, nk, info, info + nk);
+    }
+    template <typename I> __device__ __forceinline__ u64 red(I r) const {
+        if (info == nullptr) return (u64)r;
+        const u64* dims = info + 2 * nk;
+        if (nr == 1) return (u64)r * dims[1];
+        return rd_offset<I>(r, nr, dims, dims + nr);
+    }
+};
+
+// Writes the result of output `o`: sums convert back to T; min/max/arg apply Candle's rule for a
+// NaN element 0 and write the chosen element / its index.
+template <typename T>
+__device__ __forceinline__ void rd_write(const rd_layout&, const T*, u64, u64 o,
+                                         typename rd_sum<T>::V acc, T* out) {
+    out[o] = rk_from_compute<T>((typename rk_compute<T>::type)acc);
+}
+template <typename T, typename V>
+__device__ __forceinline__ u32 rd_winner(const rd_layout& l, const T* inp, u64 base, V acc) {
+    typedef typename rd_cmp_type<T>::type C;
+    const C x0 = (C)rk_to_compute(inp[base + l.red<u32>(0u)]);
+    return (rd_isnan(x0) || acc.i == RD_NONE) ? 0u : acc.i;
+}
+template <typename T, typename C>
+__device__ __forceinline__ void rd_write(const rd_layout& l, const T* inp, u64 base, u64 o,
+                                         rd_pair<C> acc, T* out) {
+    out[o] = inp[base + l.red<u32>(rd_winner(l, inp, base, acc))];
+}
+template <typename T, typename C>
+__device__ __forceinline__ void rd_write(const rd_layout& l, const T* inp, u64 base, u64 o,
+                                         rd_pair<C> acc, u32* out) {
+    out[o] = rd_winner(l, inp, base, acc);
+}
+
+// One thread per output element; the innermost reduced dim is the inner loop (no division).
+template <typename T, typename Op, typename I, typename O>
+__device__ __forceinline__ void rd_thread(u64 out_numel, u64 red_numel, const rd_layout& l,
+                                          const T* inp, O* out) {
+    const u64 step = rk_thread_count();
+    for (u64 o = rk_thread_id(); o < out_numel; o += step) {
+        const u64 base = l.base(o, red_numel);
+        typename Op::V acc = Op::identity();
+        if (l.info == nullptr) {
+            for (I r = 0; r < (I)red_numel; ++r) acc = Op::combine(acc, Op::make(inp[base + r], (u32)r));
+        } else {
+            const u64* dims = l.info + 2 * l.nk;
+            const u64* strides = dims + l.nr;
+            const I inner = (I)dims[l.nr - 1];
+            const u64 inner_stride = strides[l.nr - 1];
+            const I outer_count = inner == 0 ? (I)0 : (I)red_numel / inner;
+            for (I outer = 0; outer < outer_count; ++outer) {
+                const u64 off = base + rd_offset<I>(outer, l.nr - 1, dims, strides);
+                const I first = outer * inner;
+                for (I j = 0; j < inner; ++j)
+                    acc = Op::combine(acc, Op::make(inp[off + (u64)j * inner_stride], (u32)(first + j)));
+            }
+        }
+        rd_write(l, inp, base, o, acc, out);
+    }
+}
+
+// Block-wide reduction (blockDim.x a multiple of warpSize, at most 1024); the result is valid
+// in thread 0. Every thread of the block must call it.
+template <typename Op>
+__device__ __forceinline__ typename Op::V rd_block_reduce(typename Op::V v) {
+    typedef typename Op::V V;
+    __shared__ V partial[32];
+    const int lane = (int)(threadIdx.x % warpSize);
+    const int warp = (int)(threadIdx.x / warpSize);
+    const int nwarps = (int)(blockDim.x / warpSize);
+    for (int m = warpSize / 2; m > 0; m >>= 1) v = Op::combine(v, Op::shfl_xor(v, m));
+    if (nwarps > 1) {
+        if (lane == 0) partial[warp] = v;
+        __syncthreads();
+        if (warp == 0) {
+            v = lane < nwarps ? partial[lane] : Op::identity();
+            for (int m = warpSize / 2; m > 0; m >>= 1) v = Op::combine(v, Op::shfl_xor(v, m));
+        }
+        __syncthreads();  // `partial` is reused by the next output
+    }
+    return v;
+}
+
+// One block per output element (grid-stride over outputs).
+template <typename T, typename Op, typename I, typename O>
+__device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_layout& l,
+                                         const T* inp, O* out) {
+    for (u64 o = blockIdx.x; o < out_numel; o += gridDim.x) {
+        const u64 base = l.base(o, red_numel);
+        typename Op::V acc = Op::identity();
+        for (I r = (I)threadIdx.x; r < (I)red_numel; r += (I)blockDim.x)
+            acc = Op::combine(acc, Op::make(inp[base + l.red<I>(r)], (u32)r));
+        acc = rd_block_reduce<Op>(acc);
+        if (threadIdx.x == 0) rd_write(l, inp, base, o, acc, out);
+    }
+}
+
+// u32 index math when the reduced elements fit (always for min/max/arg, checked by the
+// wrappers), u64 otherwise.
+#define RK_REDUCE_KERNELS(NAME, OP, T, OUT)                                                     \
+    RK_KERNEL void NAME##_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr, const u64* info,  \
+                              const T* inp, OUT* out) {                                      \
+        const rd_layout l = {info, nk, nr};                                                  \
+        if (red_numel < 0xffffffffull)                                                       \
+            rd_thread<T, OP, u32>(out_numel, red_numel, l, inp, out);                        \
+        else                                                                                 \
+            rd_thread<T, OP, u64>(out_numel, red_numel, l, inp, out);                        \
+    }                                                                                        \
+    RK_KERNEL void NAME##_block_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr,             \
+                                    const u64* info, const T* inp, OUT* out) {               \
+        const rd_layout l = {info, nk, nr};                                                  \
+        if (red_numel < 0xffffffffull)                                                       \
+            rd_block<T, OP, u32>(out_numel, red_numel, l, inp, out);                         \
+        else                                                                                 \
+            rd_block<T, OP, u64>(out_numel, red_numel, l, inp, out);                         \
+    }
+
+#define RK_REDUCE_ALL(T)                                   \
+    RK_REDUCE_KERNELS(sum, rd_sum<T>, T, T)                \
+    RK_REDUCE_KERNELS(min, (rd_minmax<T, true>), T, T)     \
+    RK_REDUCE_KERNELS(max, (rd_minmax<T, false>), T, T)    \
+    RK_REDUCE_KERNELS(argmin, (rd_minmax<T, true>), T, u32) \
+    RK_REDUCE_KERNELS(argmax, (rd_minmax<T, false>), T, u32)
+
+RK_REDUCE_ALL(u8)
+RK_REDUCE_ALL(u32)
+RK_REDUCE_ALL(i16)
+RK_REDUCE_ALL(i32)
+RK_REDUCE_ALL(i64)
+RK_REDUCE_ALL(bf16)
+RK_REDUCE_ALL(f16)
+RK_REDUCE_ALL(f32)
+RK_REDUCE_ALL(f64)
