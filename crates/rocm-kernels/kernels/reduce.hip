@@ -92,6 +92,12 @@ template <typename T, bool MIN> struct rd_minmax {
     }
 };
 
+template <typename T> struct rd_min : rd_minmax<T, true> {};
+template <typename T> struct rd_max : rd_minmax<T, false> {};
+
+template <typename A, typename B> struct rd_same { static const bool value = false; };
+template <typename A> struct rd_same<A, A> { static const bool value = true; };
+
 // Offset of the `i`-th element (row-major) of `n` dims with `strides`; index type I.
 template <typename I>
 __device__ __forceinline__ u64 rd_offset(I i, u32 n, const u64* dims, const u64* strides) {
@@ -120,27 +126,33 @@ struct rd_layout {
 };
 
 // Writes the result of output `o`: sums convert back to T; min/max/arg apply Candle's rule for a
-// NaN element 0 and write the chosen element / its index.
+// NaN element 0 and write the chosen element (IDX false) / its index (IDX true).
 template <typename T>
 __device__ __forceinline__ void rd_write(const rd_layout&, const T*, u64, u64 o,
                                          typename rd_sum<T>::V acc, T* out) {
     out[o] = rk_from_compute<T>((typename rk_compute<T>::type)acc);
 }
-template <typename T, typename V>
-__device__ __forceinline__ u32 rd_winner(const rd_layout& l, const T* inp, u64 base, V acc) {
-    typedef typename rd_cmp_type<T>::type C;
+template <bool IDX> struct rd_store;
+template <> struct rd_store<false> {
+    template <typename T>
+    static __device__ __forceinline__ void store(const rd_layout& l, const T* inp, u64 base, u64 o,
+                                                 u32 idx, T* out) {
+        out[o] = inp[base + l.red<u32>(idx)];
+    }
+};
+template <> struct rd_store<true> {
+    template <typename T>
+    static __device__ __forceinline__ void store(const rd_layout&, const T*, u64, u64 o, u32 idx,
+                                                 u32* out) {
+        out[o] = idx;
+    }
+};
+template <typename T, typename C, typename O>
+__device__ __forceinline__ void rd_write(const rd_layout& l, const T* inp, u64 base, u64 o,
+                                         rd_pair<C> acc, O* out) {
     const C x0 = (C)rk_to_compute(inp[base + l.red<u32>(0u)]);
-    return (rd_isnan(x0) || acc.i == RD_NONE) ? 0u : acc.i;
-}
-template <typename T, typename C>
-__device__ __forceinline__ void rd_write(const rd_layout& l, const T* inp, u64 base, u64 o,
-                                         rd_pair<C> acc, T* out) {
-    out[o] = inp[base + l.red<u32>(rd_winner(l, inp, base, acc))];
-}
-template <typename T, typename C>
-__device__ __forceinline__ void rd_write(const rd_layout& l, const T* inp, u64 base, u64 o,
-                                         rd_pair<C> acc, u32* out) {
-    out[o] = rd_winner(l, inp, base, acc);
+    const u32 idx = (rd_isnan(x0) || acc.i == RD_NONE) ? 0u : acc.i;
+    rd_store<sizeof(O) != sizeof(T) || !rd_same<O, T>::value>::store(l, inp, base, o, idx, out);
 }
 
 // One thread per output element; the innermost reduced dim is the inner loop (no division).
@@ -206,13 +218,13 @@ __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_
     }
 }
 
-// u32 index math when the reduced elements fit (always for min/max/arg, checked by the
-// wrappers), u64 otherwise.
+// u32 index math below 2^31 reduced elements (no u32 wrap-around in the strided loops), u64
+// otherwise.
 #define RK_REDUCE_KERNELS(NAME, OP, T, OUT)                                                     \
     RK_KERNEL void NAME##_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr, const u64* info,  \
                               const T* inp, OUT* out) {                                      \
         const rd_layout l = {info, nk, nr};                                                  \
-        if (red_numel < 0xffffffffull)                                                       \
+        if (red_numel < 0x80000000ull)                                                       \
             rd_thread<T, OP, u32>(out_numel, red_numel, l, inp, out);                        \
         else                                                                                 \
             rd_thread<T, OP, u64>(out_numel, red_numel, l, inp, out);                        \
@@ -220,7 +232,7 @@ __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_
     RK_KERNEL void NAME##_block_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr,             \
                                     const u64* info, const T* inp, OUT* out) {               \
         const rd_layout l = {info, nk, nr};                                                  \
-        if (red_numel < 0xffffffffull)                                                       \
+        if (red_numel < 0x80000000ull)                                                       \
             rd_block<T, OP, u32>(out_numel, red_numel, l, inp, out);                         \
         else                                                                                 \
             rd_block<T, OP, u64>(out_numel, red_numel, l, inp, out);                         \
@@ -228,10 +240,10 @@ __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_
 
 #define RK_REDUCE_ALL(T)                                   \
     RK_REDUCE_KERNELS(sum, rd_sum<T>, T, T)                \
-    RK_REDUCE_KERNELS(min, (rd_minmax<T, true>), T, T)     \
-    RK_REDUCE_KERNELS(max, (rd_minmax<T, false>), T, T)    \
-    RK_REDUCE_KERNELS(argmin, (rd_minmax<T, true>), T, u32) \
-    RK_REDUCE_KERNELS(argmax, (rd_minmax<T, false>), T, u32)
+    RK_REDUCE_KERNELS(min, rd_min<T>, T, T)                \
+    RK_REDUCE_KERNELS(max, rd_max<T>, T, T)                \
+    RK_REDUCE_KERNELS(argmin, rd_min<T>, T, u32)           \
+    RK_REDUCE_KERNELS(argmax, rd_max<T>, T, u32)
 
 RK_REDUCE_ALL(u8)
 RK_REDUCE_ALL(u32)

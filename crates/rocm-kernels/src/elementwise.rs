@@ -526,13 +526,107 @@ pub fn unary<T: KernelDType>(
     launch_unary_like(stream, &op_name, "unary", &kernel, dims, src, dst, &[])
 }
 
-/// Copies the strided `src` into the contiguous `dst` (all dtypes).
+/// If `dims`/`strides` describe a batch of transposed contiguous matrices (after dropping size-1
+/// dims: the last two have strides `(1, rows)`, and the leading ones step over whole
+/// `rows * cols` blocks contiguously), returns `(batch, rows, cols)`.
+fn as_batched_transpose(dims: &[usize], strides: &[usize]) -> Option<(usize, usize, usize)> {
+    if dims.len() != strides.len() {
+        return None;
+    }
+    let kept: Vec<(usize, usize)> = dims
+        .iter()
+        .zip(strides)
+        .filter(|(&d, _)| d != 1)
+        .map(|(&d, &s)| (d, s))
+        .collect();
+    let n = kept.len();
+    if n < 2 {
+        return None;
+    }
+    let ((rows, row_stride), (cols, col_stride)) = (kept[n - 2], kept[n - 1]);
+    if row_stride != 1 || col_stride != rows {
+        return None;
+    }
+    let mut expected = rows.checked_mul(cols)?;
+    let mut batch = 1usize;
+    for &(d, s) in kept[..n - 2].iter().rev() {
+        if s != expected {
+            return None;
+        }
+        expected = expected.checked_mul(d)?;
+        batch *= d;
+    }
+    Some((batch, rows, cols))
+}
+
+/// Threads of one transpose tile: 32 x 8 (each thread moves 4 elements of a 32 x 32 tile).
+const TRANSPOSE_BLOCK: [u32; 3] = [32, 8, 1];
+
+/// The tiled transpose path of [`copy_strided`]: `Ok(false)` when the layout is not a batched
+/// transpose (or too large for the grid), so that the generic path runs.
+fn try_copy_transposed<T: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    src: &Strided<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+) -> Result<bool> {
+    let Some((batch, rows, cols)) = as_batched_transpose(dims, src.strides) else {
+        return Ok(false);
+    };
+    let (tiles_c, tiles_r) = (cols.div_ceil(32), rows.div_ceil(32));
+    if batch > 65_535 || tiles_r > 65_535 || tiles_c > i32::MAX as usize {
+        return Ok(false);
+    }
+    let n = batch * rows * cols;
+    if dst.len() != n {
+        return Err(layout_err(
+            "copy_strided",
+            format!(
+                "the destination holds {} elements, the shape {n}",
+                dst.len()
+            ),
+        ));
+    }
+    if src.data.len() < n {
+        return Err(layout_err(
+            "copy_strided",
+            format!(
+                "the source view holds {} elements but its layout reaches {n}",
+                src.data.len()
+            ),
+        ));
+    }
+    let f = function(stream, "transpose", &format!("transpose2d_{}", T::NAME))?;
+    let config = LaunchConfig {
+        grid: [tiles_c as u32, tiles_r as u32, batch as u32],
+        block: TRANSPOSE_BLOCK,
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: transpose2d takes (const T* src, T* dst, u64 rows, u64 cols) with the batch in
+    // gridDim.z; it reads src[0..batch*rows*cols) (checked: <= the view length) and writes
+    // dst[0..batch*rows*cols) (checked: == dst.len()), guarding every tile edge.
+    unsafe {
+        f.builder(stream, config)
+            .arg(src.data)
+            .arg(&mut *dst)
+            .arg(rows as u64)
+            .arg(cols as u64)
+            .launch()?
+    };
+    Ok(true)
+}
+
+/// Copies the strided `src` into the contiguous `dst` (all dtypes). A batch of transposed
+/// matrices takes a tiled shared-memory path (coalesced reads and writes).
 pub fn copy_strided<T: KernelDType>(
     stream: &Stream,
     dims: &[usize],
     src: Strided<'_, T>,
     dst: &mut DeviceSliceMut<'_, T>,
 ) -> Result<()> {
+    if try_copy_transposed(stream, dims, &src, dst)? {
+        return Ok(());
+    }
     let kernel = format!("ucopy_{}", T::NAME);
     launch_unary_like(
         stream,
@@ -923,5 +1017,30 @@ mod tests {
         );
         assert_eq!(Scalar::from_f64("f32", 0.1), Some(Scalar::F32(0.1f32)));
         assert_eq!(Scalar::from_f64("f8", 0.1), None);
+    }
+
+    #[test]
+    fn batched_transposes_are_recognised() {
+        // (4096, 8192) view of a contiguous (8192, 4096) matrix.
+        assert_eq!(
+            as_batched_transpose(&[4096, 8192], &[1, 4096]),
+            Some((1, 4096, 8192))
+        );
+        // Size-1 dims anywhere are ignored; a contiguous batch in front is allowed.
+        assert_eq!(
+            as_batched_transpose(&[3, 1, 5, 7], &[35, 99, 1, 5]),
+            Some((3, 5, 7))
+        );
+        assert_eq!(
+            as_batched_transpose(&[2, 3, 5, 7], &[105, 35, 1, 5]),
+            Some((6, 5, 7))
+        );
+        // Not transposes: contiguous, broadcast, padded, non-contiguous batch, rank mismatch.
+        assert_eq!(as_batched_transpose(&[5, 7], &[7, 1]), None);
+        assert_eq!(as_batched_transpose(&[5, 7], &[0, 5]), None);
+        assert_eq!(as_batched_transpose(&[5, 7], &[1, 6]), None);
+        assert_eq!(as_batched_transpose(&[2, 5, 7], &[70, 1, 5]), None);
+        assert_eq!(as_batched_transpose(&[5, 7], &[1]), None);
+        assert_eq!(as_batched_transpose(&[7], &[1]), None);
     }
 }
