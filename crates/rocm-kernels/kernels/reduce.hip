@@ -92,11 +92,6 @@ template <typename T, bool MIN> struct rd_minmax {
     }
 };
 
-template <typename T> struct rd_min : rd_minmax<T, true> {};
-template <typename T> struct rd_max : rd_minmax<T, false> {};
-
-template <typename A, typename B> struct rd_same { static const bool value = false; };
-template <typename A> struct rd_same<A, A> { static const bool value = true; };
 
 // Offset of the `i`-th element (row-major) of `n` dims with `strides`; index type I.
 template <typename I>
@@ -147,13 +142,33 @@ template <> struct rd_store<true> {
         out[o] = idx;
     }
 };
-template <typename T, typename C, typename O>
-__device__ __forceinline__ void rd_write(const rd_layout& l, const T* inp, u64 base, u64 o,
-                                         rd_pair<C> acc, O* out) {
+template <bool IDX, typename T, typename C, typename O>
+__device__ __forceinline__ void rd_write_pair(const rd_layout& l, const T* inp, u64 base, u64 o,
+                                              rd_pair<C> acc, O* out) {
     const C x0 = (C)rk_to_compute(inp[base + l.red<u32>(0u)]);
     const u32 idx = (rd_isnan(x0) || acc.i == RD_NONE) ? 0u : acc.i;
-    rd_store<sizeof(O) != sizeof(T) || !rd_same<O, T>::value>::store(l, inp, base, o, idx, out);
+    rd_store<IDX>::store(l, inp, base, o, idx, out);
 }
+
+// The ops as kernels use them: IDX says whether the index (argmin/argmax) or the element is
+// written.
+template <typename T, bool MIN, bool IDX> struct rd_extremum : rd_minmax<T, MIN> {
+    template <typename O>
+    static __device__ __forceinline__ void write(const rd_layout& l, const T* inp, u64 base, u64 o,
+                                                 typename rd_minmax<T, MIN>::V acc, O* out) {
+        rd_write_pair<IDX>(l, inp, base, o, acc, out);
+    }
+};
+template <typename T> struct rd_min_op : rd_extremum<T, true, false> {};
+template <typename T> struct rd_max_op : rd_extremum<T, false, false> {};
+template <typename T> struct rd_argmin_op : rd_extremum<T, true, true> {};
+template <typename T> struct rd_argmax_op : rd_extremum<T, false, true> {};
+template <typename T> struct rd_sum_op : rd_sum<T> {
+    static __device__ __forceinline__ void write(const rd_layout& l, const T* inp, u64 base, u64 o,
+                                                 typename rd_sum<T>::V acc, T* out) {
+        rd_write(l, inp, base, o, acc, out);
+    }
+};
 
 // One thread per output element; the innermost reduced dim is the inner loop (no division).
 template <typename T, typename Op, typename I, typename O>
@@ -178,7 +193,7 @@ __device__ __forceinline__ void rd_thread(u64 out_numel, u64 red_numel, const rd
                     acc = Op::combine(acc, Op::make(inp[off + (u64)j * inner_stride], (u32)(first + j)));
             }
         }
-        rd_write(l, inp, base, o, acc, out);
+        Op::write(l, inp, base, o, acc, out);
     }
 }
 
@@ -214,7 +229,7 @@ __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_
         for (I r = (I)threadIdx.x; r < (I)red_numel; r += (I)blockDim.x)
             acc = Op::combine(acc, Op::make(inp[base + l.red<I>(r)], (u32)r));
         acc = rd_block_reduce<Op>(acc);
-        if (threadIdx.x == 0) rd_write(l, inp, base, o, acc, out);
+        if (threadIdx.x == 0) Op::write(l, inp, base, o, acc, out);
     }
 }
 
@@ -239,11 +254,11 @@ __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_
     }
 
 #define RK_REDUCE_ALL(T)                                   \
-    RK_REDUCE_KERNELS(sum, rd_sum<T>, T, T)                \
-    RK_REDUCE_KERNELS(min, rd_min<T>, T, T)                \
-    RK_REDUCE_KERNELS(max, rd_max<T>, T, T)                \
-    RK_REDUCE_KERNELS(argmin, rd_min<T>, T, u32)           \
-    RK_REDUCE_KERNELS(argmax, rd_max<T>, T, u32)
+    RK_REDUCE_KERNELS(sum, rd_sum_op<T>, T, T)                          \
+    RK_REDUCE_KERNELS(min, rd_min_op<T>, T, T)                          \
+    RK_REDUCE_KERNELS(max, rd_max_op<T>, T, T)                          \
+    RK_REDUCE_KERNELS(argmin, rd_argmin_op<T>, T, u32)                  \
+    RK_REDUCE_KERNELS(argmax, rd_argmax_op<T>, T, u32)
 
 RK_REDUCE_ALL(u8)
 RK_REDUCE_ALL(u32)

@@ -570,6 +570,9 @@ fn try_copy_transposed<T: KernelDType>(
     src: &Strided<'_, T>,
     dst: &mut DeviceSliceMut<'_, T>,
 ) -> Result<bool> {
+    if dims.contains(&0) {
+        return Ok(false); // empty: the generic path validates and launches nothing
+    }
     let Some((batch, rows, cols)) = as_batched_transpose(dims, src.strides) else {
         return Ok(false);
     };

@@ -1,0 +1,203 @@
+// Neural-network ops of candle-nn 0.11 (float dtypes bf16, f16, f32, f64; contiguous operands,
+// arriving offset to their layouts' starts):
+//   softmax_{T}(x, out, rows, cols): softmax over each row of `cols` elements;
+//   rms_norm_{T}(x, alpha, out, rows, cols, eps): x / sqrt(mean(x^2) + eps) * alpha;
+//   layer_norm_{T}(x, alpha, beta, out, rows, cols, eps):
+//       (x - mean) / sqrt(var + eps) * alpha + beta (biased variance);
+//   rope_{T}, rope_i_{T}, rope_thd_{T}(b, h_or_t, t_or_h, d, cs_stride_b, src, cos, sin, dst):
+//       rotary embeddings, see below.
+// The row ops run one block per row (grid-stride over rows; blockDim.x a multiple of warpSize,
+// at most 1024), threads striding over the columns, then warp shuffles and shared memory.
+// Math runs in f32 for f16/bf16/f32 and in f64 for f64, rounded once at the end (candle-nn
+// rounds the intermediate results of f16/bf16 softmax and rms_norm to the type: results may
+// differ in the last bits).
+
+// Reduces `v` over the block; every thread gets the result (the same bits in every thread).
+// Every thread of the block must call it.
+template <typename C, typename F>
+__device__ __forceinline__ C nn_block_allreduce(C v, F op) {
+    __shared__ C partial[32];
+    const int lane = (int)(threadIdx.x % warpSize);
+    const int warp = (int)(threadIdx.x / warpSize);
+    const int nwarps = (int)(blockDim.x / warpSize);
+    for (int m = warpSize / 2; m > 0; m >>= 1) v = op(v, (C)__shfl_xor(v, m));
+    if (nwarps > 1) {
+        if (lane == 0) partial[warp] = v;
+        __syncthreads();
+        v = partial[0];
+        for (int w = 1; w < nwarps; ++w) v = op(v, partial[w]);
+        __syncthreads();  // `partial` is reused by the next call
+    }
+    return v;
+}
+
+__device__ __forceinline__ float nn_neg_inf(float) { return __int_as_float(0xff800000); }
+__device__ __forceinline__ double nn_neg_inf(double) {
+    return __longlong_as_double((long long)0xfff0000000000000ull);
+}
+
+struct nn_add {
+    template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; }
+};
+// max ignoring NaN (Rust's `max`, which Candle's softmax row maximum uses).
+struct nn_max {
+    template <typename C> __device__ __forceinline__ C operator()(C a, C b) const {
+        return rk_fmax(a, b);
+    }
+};
+
+// softmax(x)_j = exp(x_j - max) / sum_k exp(x_k - max), max ignoring NaNs (a NaN in the row
+// still makes the sum, hence the whole row, NaN, as in Candle).
+template <typename T>
+__device__ __forceinline__ void nn_softmax(const T* x, T* out, u64 rows, u64 cols) {
+    typedef typename rk_compute<T>::type C;
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        T* outr = out + row * cols;
+        C m = nn_neg_inf(C());
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) m = rk_fmax(m, rk_to_compute(xr[c]));
+        m = nn_block_allreduce(m, nn_max());
+        C s = (C)0;
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) s += rk_exp(rk_to_compute(xr[c]) - m);
+        s = nn_block_allreduce(s, nn_add());
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x)
+            outr[c] = rk_from_compute<T>(rk_exp(rk_to_compute(xr[c]) - m) / s);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void nn_rms_norm(const T* x, const T* alpha, T* out, u64 rows,
+                                            u64 cols, float eps) {
+    typedef typename rk_compute<T>::type C;
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        T* outr = out + row * cols;
+        C s2 = (C)0;
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
+            const C v = rk_to_compute(xr[c]);
+            s2 += v * v;
+        }
+        s2 = nn_block_allreduce(s2, nn_add());
+        const C m = rk_sqrt(s2 / (C)cols + (C)eps);
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x)
+            outr[c] = rk_from_compute<T>(rk_to_compute(xr[c]) / m * rk_to_compute(alpha[c]));
+    }
+}
+
+// Two passes (mean, then the mean squared deviation): no cancellation (candle-nn's CPU version
+// computes E[x^2] - E[x]^2 in f32).
+template <typename T>
+__device__ __forceinline__ void nn_layer_norm(const T* x, const T* alpha, const T* beta, T* out,
+                                              u64 rows, u64 cols, float eps) {
+    typedef typename rk_compute<T>::type C;
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        T* outr = out + row * cols;
+        C s = (C)0;
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) s += rk_to_compute(xr[c]);
+        const C mean = nn_block_allreduce(s, nn_add()) / (C)cols;
+        C s2 = (C)0;
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
+            const C dv = rk_to_compute(xr[c]) - mean;
+            s2 += dv * dv;
+        }
+        const C var = nn_block_allreduce(s2, nn_add()) / (C)cols;
+        const C inv_std = (C)1 / rk_sqrt(var + (C)eps);
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
+            const C v = (rk_to_compute(xr[c]) - mean) * inv_std;
+            outr[c] = rk_from_compute<T>(v * rk_to_compute(alpha[c]) + rk_to_compute(beta[c]));
+        }
+    }
+}
+
+// ---- Rotary embeddings ----
+// Pairs (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos), cos/sin read at
+//   i_cs = i_t * (d / 2) + i_d + i_b * cs_stride_b
+// (cs_stride_b = 0: one [t_cs, d/2] table for the whole batch; else [b, t_cs, d/2] tables).
+//   rope     (src [b, h, t, d]): x1 = element i_d, x2 = element i_d + d/2 of a row;
+//   rope_i   (src [b, h, t, d]): x1, x2 = elements 2 i_d, 2 i_d + 1 (interleaved);
+//   rope_thd (src [b, t, h, d]): as rope, the table row from the t index.
+// One thread per pair, grid-stride; u32 index math below 2^31 pairs.
+
+template <typename T>
+__device__ __forceinline__ void nn_rotate(const T* src, const T* cos, const T* sin, T* dst,
+                                          u64 i1, u64 i2, u64 i_cs) {
+    typedef typename rk_compute<T>::type C;
+    const C c = rk_to_compute(cos[i_cs]);
+    const C s = rk_to_compute(sin[i_cs]);
+    const C x1 = rk_to_compute(src[i1]);
+    const C x2 = rk_to_compute(src[i2]);
+    dst[i1] = rk_from_compute<T>(x1 * c - x2 * s);
+    dst[i2] = rk_from_compute<T>(x1 * s + x2 * c);
+}
+
+// MODE 0: rope, 1: rope_i, 2: rope_thd. `n1`, `n2` are (h, t) for rope/rope_i, (t, h) for
+// rope_thd.
+template <int MODE, typename I, typename T>
+__device__ __forceinline__ void nn_rope_loop(u64 b, u64 n1, u64 n2, u64 d, u64 cs_stride_b,
+                                             const T* src, const T* cos, const T* sin, T* dst) {
+    const I half_d = (I)(d / 2);
+    const I pairs = (I)(b * n1 * n2 * (d / 2));
+    const I step = (I)rk_thread_count();
+    for (I p = (I)rk_thread_id(); p < pairs; p += step) {
+        const I i_d = p % half_d;
+        const I row = p / half_d;  // index over [b, n1, n2]
+        I i_b, i_t;
+        if (MODE == 2) {
+            i_t = (row / (I)n2) % (I)n1;  // [b, t, h]
+            i_b = row / ((I)n1 * (I)n2);
+        } else {
+            i_t = row % (I)n2;  // [b, h, t]
+            i_b = row / ((I)n1 * (I)n2);
+        }
+        const u64 i_cs = (u64)i_t * (u64)half_d + (u64)i_d + (u64)i_b * cs_stride_b;
+        u64 i1, i2;
+        if (MODE == 1) {
+            i1 = 2 * (u64)p;
+            i2 = i1 + 1;
+        } else {
+            i1 = (u64)row * d + (u64)i_d;
+            i2 = i1 + (u64)half_d;
+        }
+        nn_rotate(src, cos, sin, dst, i1, i2, i_cs);
+    }
+}
+
+template <int MODE, typename T>
+__device__ __forceinline__ void nn_rope(u64 b, u64 n1, u64 n2, u64 d, u64 cs_stride_b,
+                                        const T* src, const T* cos, const T* sin, T* dst) {
+    if (b * n1 * n2 * (d / 2) < 0x80000000ull)
+        nn_rope_loop<MODE, u32>(b, n1, n2, d, cs_stride_b, src, cos, sin, dst);
+    else
+        nn_rope_loop<MODE, u64>(b, n1, n2, d, cs_stride_b, src, cos, sin, dst);
+}
+
+#define RK_NN(T)                                                                               \
+    RK_KERNEL void softmax_##T(const T* x, T* out, u64 rows, u64 cols) {                       \
+        nn_softmax<T>(x, out, rows, cols);                                                     \
+    }                                                                                          \
+    RK_KERNEL void rms_norm_##T(const T* x, const T* alpha, T* out, u64 rows, u64 cols,        \
+                                float eps) {                                                   \
+        nn_rms_norm<T>(x, alpha, out, rows, cols, eps);                                        \
+    }                                                                                          \
+    RK_KERNEL void layer_norm_##T(const T* x, const T* alpha, const T* beta, T* out, u64 rows, \
+                                  u64 cols, float eps) {                                       \
+        nn_layer_norm<T>(x, alpha, beta, out, rows, cols, eps);                                \
+    }                                                                                          \
+    RK_KERNEL void rope_##T(u64 b, u64 h, u64 t, u64 d, u64 cs_stride_b, const T* src,         \
+                            const T* cos, const T* sin, T* dst) {                              \
+        nn_rope<0, T>(b, h, t, d, cs_stride_b, src, cos, sin, dst);                            \
+    }                                                                                          \
+    RK_KERNEL void rope_i_##T(u64 b, u64 h, u64 t, u64 d, u64 cs_stride_b, const T* src,       \
+                              const T* cos, const T* sin, T* dst) {                            \
+        nn_rope<1, T>(b, h, t, d, cs_stride_b, src, cos, sin, dst);                            \
+    }                                                                                          \
+    RK_KERNEL void rope_thd_##T(u64 b, u64 t, u64 h, u64 d, u64 cs_stride_b, const T* src,     \
+                                const T* cos, const T* sin, T* dst) {                          \
+        nn_rope<2, T>(b, t, h, d, cs_stride_b, src, cos, sin, dst);                            \
+    }
+
+RK_NN(bf16)
+RK_NN(f16)
+RK_NN(f32)
+RK_NN(f64)
