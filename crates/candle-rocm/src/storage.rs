@@ -105,6 +105,40 @@ impl RocmStorage {
         &self.slice
     }
 
+    /// The typed buffer, mutably: for launching custom kernels on it (see
+    /// `rocm_kernels::modules::custom_module` and the `custom_kernel` example). Launch them on
+    /// the device's stream ([`RocmDevice::stream`]), which orders them with every other op.
+    pub fn as_slice_mut(&mut self) -> &mut RocmStorageSlice {
+        &mut self.slice
+    }
+
+    /// Storage over a buffer the caller filled (e.g. with a custom kernel). The buffer must
+    /// belong to `device` and have been allocated on its stream ([`RocmDevice::stream`]), so
+    /// that every later op is ordered after the work that wrote it.
+    pub fn from_slice(slice: RocmStorageSlice, device: RocmDevice) -> Result<Self> {
+        let stream = match &slice {
+            RocmStorageSlice::U8(b) | RocmStorageSlice::F8E4M3(b) => b.stream(),
+            RocmStorageSlice::U32(b) => b.stream(),
+            RocmStorageSlice::I16(b) => b.stream(),
+            RocmStorageSlice::I32(b) => b.stream(),
+            RocmStorageSlice::I64(b) => b.stream(),
+            RocmStorageSlice::BF16(b) => b.stream(),
+            RocmStorageSlice::F16(b) => b.stream(),
+            RocmStorageSlice::F32(b) => b.stream(),
+            RocmStorageSlice::F64(b) => b.stream(),
+        };
+        if stream != device.stream() {
+            return Err(Error::Msg(format!(
+                "RocmStorage::from_slice: the buffer was allocated on {stream:?}, not on the \
+                 stream of ROCm device {} ({:?})",
+                device.ordinal(),
+                device.stream()
+            ))
+            .bt());
+        }
+        Ok(RocmStorage::new(slice, device))
+    }
+
     fn wrap(&self, slice: RocmStorageSlice) -> Self {
         RocmStorage::new(slice, self.device.clone())
     }

@@ -1978,3 +1978,39 @@ fn references_agree_with_the_cpu_oracle_where_it_is_right() {
         }
     }
 }
+
+#[path = "../examples/custom_kernel.rs"]
+mod custom_kernel;
+
+/// A downstream HIP kernel through rocm-kernels' pipeline, on a storage's buffer, ordered with
+/// the ops before and after it; a buffer from another stream is refused.
+#[test]
+#[ignore = "needs a GPU"]
+fn custom_kernel_on_storage_buffers() {
+    use candle_core::backend::{BackendDevice, BackendStorage};
+    let device = candle_rocm::RocmDevice::new(0).unwrap();
+    let n = 100_003usize;
+    let data: Vec<f32> = (0..n).map(|i| (i as f32 - 50_000.0) * 1e-3).collect();
+    let layout = candle_core::Layout::contiguous(n);
+    // An op before the kernel, the kernel, an op after it.
+    let mut s = device
+        .storage_from_slice(&data)
+        .unwrap()
+        .affine(&layout, 3.0, 0.5)
+        .unwrap();
+    custom_kernel::clamp_in_place(&mut s, -10.0, 20.0).unwrap();
+    let out = s.affine(&layout, 1.0, -1.0).unwrap();
+    let candle_core::CpuStorage::F32(got) = out.to_cpu_storage().unwrap() else {
+        panic!("not f32")
+    };
+    for (i, (g, x)) in got.iter().zip(&data).enumerate() {
+        let want = ((x * 3.0 + 0.5) as f32).clamp(-10.0, 20.0) - 1.0;
+        assert_eq!(*g, want, "element {i}");
+    }
+    // A buffer allocated on another stream cannot be wrapped.
+    let other = device.hip_device().create_stream().unwrap();
+    let buf = other.alloc_zeroed::<f32>(4).unwrap();
+    let e = candle_rocm::RocmStorage::from_slice(candle_rocm::RocmStorageSlice::F32(buf), device)
+        .unwrap_err();
+    assert!(e.to_string().contains("not on the stream"), "{e}");
+}
