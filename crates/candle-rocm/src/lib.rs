@@ -60,6 +60,7 @@
 
 pub mod device;
 pub mod error;
+mod fused;
 pub mod layout;
 pub mod storage;
 

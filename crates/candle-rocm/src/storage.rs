@@ -255,6 +255,30 @@ fn map2<T: KernelDType, O: KernelDType>(
     Ok(out)
 }
 
+/// argmin/argmax of `buf` over `reduce_dims` into a new `u32` buffer of `out_elems` indices.
+fn arg_reduce_into<T: KernelDType>(
+    dev: &RocmDevice,
+    op: &str,
+    kernel_op: rocm_kernels::reduce::ReduceOp,
+    buf: &DeviceBuffer<T>,
+    layout: &Layout,
+    reduce_dims: &[usize],
+    out_elems: usize,
+) -> Result<DeviceBuffer<u32>> {
+    let mut out = dev.alloc::<u32>(op, out_elems)?;
+    let src = view(op, buf, layout)?;
+    rocm_kernels::reduce::arg_reduce(
+        dev.stream(),
+        kernel_op,
+        layout.dims(),
+        src,
+        reduce_dims,
+        &mut out.as_mut_slice(),
+    )
+    .map_err(kernel_err(op))?;
+    Ok(out)
+}
+
 /// `match` over the kernel dtypes of a storage: binds the typed buffer and wraps the resulting
 /// buffer in the same variant. `f8e4m3` is refused.
 macro_rules! map_dtype {
@@ -708,15 +732,70 @@ impl BackendStorage for RocmStorage {
         Ok(self.wrap(slice))
     }
 
-    fn reduce_op(&self, op: ReduceOp, _: &Layout, _: &[usize]) -> Result<Self> {
-        let name = match op {
-            ReduceOp::Sum => "reduce sum",
-            ReduceOp::Min => "reduce min",
-            ReduceOp::Max => "reduce max",
-            ReduceOp::ArgMin => "reduce argmin",
-            ReduceOp::ArgMax => "reduce argmax",
+    fn reduce_op(&self, op: ReduceOp, layout: &Layout, reduce_dims: &[usize]) -> Result<Self> {
+        let (name, kernel_op) = match op {
+            ReduceOp::Sum => ("reduce sum", rocm_kernels::reduce::ReduceOp::Sum),
+            ReduceOp::Min => ("reduce min", rocm_kernels::reduce::ReduceOp::Min),
+            ReduceOp::Max => ("reduce max", rocm_kernels::reduce::ReduceOp::Max),
+            ReduceOp::ArgMin => ("reduce argmin", rocm_kernels::reduce::ReduceOp::ArgMin),
+            ReduceOp::ArgMax => ("reduce argmax", rocm_kernels::reduce::ReduceOp::ArgMax),
         };
-        Err(self.not_implemented(name, KERNEL_MISSING))
+        // The output keeps every reduced dim as size 1 (Candle's convention), contiguous.
+        let out_elems: usize = layout
+            .dims()
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if reduce_dims.contains(&i) { 1 } else { d })
+            .product();
+        let dev = &self.device;
+        if kernel_op.returns_index() {
+            let out = match &self.slice {
+                RocmStorageSlice::U8(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::U32(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::I16(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::I32(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::I64(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::BF16(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::F16(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::F32(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::F64(b) => {
+                    arg_reduce_into(dev, name, kernel_op, b, layout, reduce_dims, out_elems)
+                }
+                RocmStorageSlice::F8E4M3(_) => return Err(f8_error(name)),
+            }?;
+            return Ok(self.wrap(RocmStorageSlice::U32(out)));
+        }
+        let slice = map_dtype!(&self.slice, name, |b| {
+            let mut out = dev.alloc(name, out_elems)?;
+            let src = view(name, b, layout)?;
+            rocm_kernels::reduce::reduce(
+                dev.stream(),
+                kernel_op,
+                layout.dims(),
+                src,
+                reduce_dims,
+                &mut out.as_mut_slice(),
+            )
+            .map_err(kernel_err(name))
+            .map(|()| out)
+        });
+        Ok(self.wrap(slice))
     }
 
     fn cmp(&self, op: CmpOp, rhs: &Self, lhs_l: &Layout, rhs_l: &Layout) -> Result<Self> {

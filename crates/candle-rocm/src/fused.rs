@@ -1,0 +1,222 @@
+//! Fused ops for candle-nn's custom ops (softmax over the last dim, rms_norm, layer_norm, rope /
+//! rope_i / rope_thd), callable on [`RocmStorage`]: until the Tensor issue's hook routes
+//! candle-nn's custom ops here, these are the storage-level entry points. Float dtypes (bf16,
+//! f16, f32, f64); inputs must be contiguous (as candle-nn's own GPU versions require).
+
+use candle_core::backend::BackendStorage;
+use candle_core::{DType, Layout, Result};
+use hip_core::{DeviceBuffer, DeviceSlice};
+use rocm_kernels::nn::RopeKind;
+use rocm_kernels::KernelDType;
+
+use crate::error::{hip_err, kernel_err, RocmError};
+use crate::storage::{RocmStorage, RocmStorageSlice};
+
+/// The contiguous elements of `layout` in `buf`.
+fn contiguous<'a, T: KernelDType>(
+    op: &str,
+    buf: &'a DeviceBuffer<T>,
+    layout: &Layout,
+) -> Result<DeviceSlice<'a, T>> {
+    if !layout.is_contiguous() {
+        return Err(RocmError::layout(op, "the input must be contiguous").into());
+    }
+    let start = layout.start_offset();
+    let n = layout.shape().elem_count();
+    if start.checked_add(n).is_none_or(|end| end > buf.len()) {
+        return Err(RocmError::layout(
+            op,
+            format!(
+                "the layout reaches element {start} + {n} of a {}-element buffer",
+                buf.len()
+            ),
+        )
+        .into());
+    }
+    buf.slice(start..start + n).map_err(hip_err(op))
+}
+
+/// Binds the float buffers of `$storages` (all of `$first`'s dtype) and wraps the new buffer.
+macro_rules! float_op {
+    ($op:expr, $first:expr, [$($other:expr),*], |$($b:ident),+| $body:expr) => {{
+        let first: &RocmStorage = $first;
+        $(
+            if $other.dtype() != first.dtype() {
+                return Err(candle_core::Error::DTypeMismatchBinaryOp {
+                    lhs: first.dtype(),
+                    rhs: $other.dtype(),
+                    op: $op,
+                }
+                .bt());
+            }
+        )*
+        match ($first.as_slice(), $($other.as_slice()),*) {
+            float_op!(@arm BF16, $($b),+) => RocmStorageSlice::BF16($body?),
+            float_op!(@arm F16, $($b),+) => RocmStorageSlice::F16($body?),
+            float_op!(@arm F32, $($b),+) => RocmStorageSlice::F32($body?),
+            float_op!(@arm F64, $($b),+) => RocmStorageSlice::F64($body?),
+            _ => return Err(not_float($op, first.dtype())),
+        }
+    }};
+    (@arm $variant:ident, $($b:ident),+) => {
+        ($(RocmStorageSlice::$variant($b),)+)
+    };
+}
+
+fn not_float(op: &str, dtype: DType) -> candle_core::Error {
+    if dtype == DType::F8E4M3 {
+        RocmError::not_implemented(op, dtype, "f8e4m3 arithmetic is not implemented yet").into()
+    } else {
+        RocmError::unsupported(op, dtype, "only float dtypes (bf16, f16, f32, f64) have it").into()
+    }
+}
+
+/// `(rows, cols)` of a layout whose last dim is the row.
+fn rows_cols(op: &str, layout: &Layout) -> Result<(usize, usize)> {
+    let dims = layout.dims();
+    let Some(&cols) = dims.last() else {
+        return Err(RocmError::layout(op, "the input has rank 0; it needs a last dim").into());
+    };
+    Ok((dims[..dims.len() - 1].iter().product(), cols))
+}
+
+impl RocmStorage {
+    /// Softmax over the last dim (candle-nn's `softmax_last_dim`), numerically stable.
+    pub fn softmax_last_dim(&self, layout: &Layout) -> Result<Self> {
+        const OP: &str = "softmax_last_dim";
+        let (rows, cols) = rows_cols(OP, layout)?;
+        let dev = self.device();
+        let slice = float_op!(OP, self, [], |x| {
+            let src = contiguous(OP, x, layout)?;
+            let mut out = dev.alloc(OP, rows * cols)?;
+            rocm_kernels::nn::softmax_last_dim(
+                dev.stream(),
+                &src,
+                &mut out.as_mut_slice(),
+                rows,
+                cols,
+            )
+            .map_err(kernel_err(OP))
+            .map(|()| out)
+        });
+        Ok(RocmStorage::new(slice, dev.clone()))
+    }
+
+    /// RMS norm over the last dim with a `[cols]` scale (candle-nn's `rms_norm`).
+    pub fn rms_norm(
+        &self,
+        layout: &Layout,
+        alpha: &Self,
+        alpha_layout: &Layout,
+        eps: f32,
+    ) -> Result<Self> {
+        const OP: &str = "rms_norm";
+        let (rows, cols) = rows_cols(OP, layout)?;
+        let dev = self.device();
+        let slice = float_op!(OP, self, [alpha], |x, a| {
+            let src = contiguous(OP, x, layout)?;
+            let alpha = contiguous(OP, a, alpha_layout)?;
+            let mut out = dev.alloc(OP, rows * cols)?;
+            rocm_kernels::nn::rms_norm(
+                dev.stream(),
+                &src,
+                &alpha,
+                &mut out.as_mut_slice(),
+                rows,
+                cols,
+                eps,
+            )
+            .map_err(kernel_err(OP))
+            .map(|()| out)
+        });
+        Ok(RocmStorage::new(slice, dev.clone()))
+    }
+
+    /// Layer norm over the last dim with `[cols]` scale and shift (candle-nn's `layer_norm`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_norm(
+        &self,
+        layout: &Layout,
+        alpha: &Self,
+        alpha_layout: &Layout,
+        beta: &Self,
+        beta_layout: &Layout,
+        eps: f32,
+    ) -> Result<Self> {
+        const OP: &str = "layer_norm";
+        let (rows, cols) = rows_cols(OP, layout)?;
+        let dev = self.device();
+        let slice = float_op!(OP, self, [alpha, beta], |x, a, b| {
+            let src = contiguous(OP, x, layout)?;
+            let alpha = contiguous(OP, a, alpha_layout)?;
+            let beta = contiguous(OP, b, beta_layout)?;
+            let mut out = dev.alloc(OP, rows * cols)?;
+            rocm_kernels::nn::layer_norm(
+                dev.stream(),
+                &src,
+                &alpha,
+                &beta,
+                &mut out.as_mut_slice(),
+                rows,
+                cols,
+                eps,
+            )
+            .map_err(kernel_err(OP))
+            .map(|()| out)
+        });
+        Ok(RocmStorage::new(slice, dev.clone()))
+    }
+
+    /// Rotary embeddings (candle-nn's `rope`, `rope_i`, `rope_thd`, chosen by `kind`): the input
+    /// is `[b, h, t, d]` (`[b, t, h, d]` for `rope_thd`), the cos/sin tables `[t, d/2]` or
+    /// `[b, t, d/2]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &self,
+        layout: &Layout,
+        cos: &Self,
+        cos_layout: &Layout,
+        sin: &Self,
+        sin_layout: &Layout,
+        kind: RopeKind,
+    ) -> Result<Self> {
+        let op = kind.name();
+        let dims: [usize; 4] = layout.dims().try_into().map_err(|_| {
+            candle_core::Error::from(RocmError::layout(
+                op,
+                format!("the input must have rank 4, not {:?}", layout.dims()),
+            ))
+        })?;
+        if cos_layout.dims() != sin_layout.dims() {
+            return Err(RocmError::layout(
+                op,
+                format!(
+                    "cos {:?} and sin {:?} tables differ in shape",
+                    cos_layout.dims(),
+                    sin_layout.dims()
+                ),
+            )
+            .into());
+        }
+        let dev = self.device();
+        let slice = float_op!(op, self, [cos, sin], |x, c, s| {
+            let src = contiguous(op, x, layout)?;
+            let cos = contiguous(op, c, cos_layout)?;
+            let sin = contiguous(op, s, sin_layout)?;
+            let mut out = dev.alloc(op, layout.shape().elem_count())?;
+            rocm_kernels::nn::rope_any(
+                dev.stream(),
+                kind,
+                &src,
+                &cos,
+                &sin,
+                &mut out.as_mut_slice(),
+                dims,
+                cos_layout.dims(),
+            )
+            .map_err(kernel_err(op))
+            .map(|()| out)
+        });
+        Ok(RocmStorage::new(slice, dev.clone()))
+    }
+}
