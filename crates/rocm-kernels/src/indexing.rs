@@ -34,7 +34,9 @@
 //! * `scatter_add`/`index_add` accumulate with atomics: integer sums wrap; float sums are
 //!   rounded in an unspecified order (f16/bf16 after every addition, like the CPU backend).
 
-use hip_core::{DeviceBuffer, DeviceSliceMut, Function, KernelArg, KernelArgs, LaunchConfig, Stream};
+use hip_core::{
+    DeviceBuffer, DeviceSliceMut, Function, KernelArg, KernelArgs, LaunchConfig, Stream,
+};
 use parking_lot::Mutex;
 
 use crate::dtype::KernelDType;
@@ -356,8 +358,7 @@ fn check_dim(op: &str, dim: usize, dims: &[usize]) -> Result<()> {
 /// Checks that `b` has the dims of `a` except along `dim` (same rank).
 fn check_same_but_dim(op: &str, what: &str, a: &[usize], b: &[usize], dim: usize) -> Result<()> {
     let ok = a.len() == b.len()
-        && a
-            .iter()
+        && a.iter()
             .zip(b)
             .enumerate()
             .all(|(i, (x, y))| i == dim || x == y);
@@ -545,9 +546,8 @@ pub fn gather<I: KernelDType, T: KernelDType>(
         .zip(src_dims)
         .enumerate()
         .all(|(i, (a, b))| i == dim || a == b);
-    let fast = same_shape
-        && is_contiguous(src_dims, src.strides)
-        && is_contiguous(ids_dims, ids.strides);
+    let fast =
+        same_shape && is_contiguous(src_dims, src.strides) && is_contiguous(ids_dims, ids.strides);
     let src_rest = without_dim(src.strides, dim);
     let info = device_info(stream, fast, ids_dims, &[ids.strides, &src_rest])?;
     let flag_arg = flag.arg(OP, stream)?;
@@ -614,7 +614,12 @@ fn scatter_like<I: KernelDType, T: KernelDType>(
         && is_contiguous(src_dims, src.strides)
         && is_contiguous(dst_dims, dst_strides);
     let dst_rest = without_dim(dst_strides, dim);
-    let info = device_info(stream, fast, src_dims, &[ids.strides, src.strides, &dst_rest])?;
+    let info = device_info(
+        stream,
+        fast,
+        src_dims,
+        &[ids.strides, src.strides, &dst_rest],
+    )?;
     let flag_arg = flag.arg(name, stream)?;
     let f = function(stream, MODULE, &format!("{name}_{}_{}", I::NAME, T::NAME))?;
     // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, const I* ids,
@@ -809,7 +814,11 @@ mod tests {
                 "{op:?}"
             );
             assert!(
-                src.contains(&format!("#define IX_ERR_{} {}u", op.name().to_uppercase(), op.code())),
+                src.contains(&format!(
+                    "#define IX_ERR_{} {}u",
+                    op.name().to_uppercase(),
+                    op.code()
+                )),
                 "{op:?}: the code differs from the kernels'"
             );
         }

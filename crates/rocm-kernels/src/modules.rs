@@ -259,6 +259,47 @@ pub fn function(device: &Device, module_name: &str, kernel: &str) -> Result<Func
     Ok(functions().lock().entry(key).or_insert(f).clone())
 }
 
+type CustomKey = (usize, String);
+
+fn custom_modules() -> &'static Mutex<HashMap<CustomKey, Module>> {
+    static CUSTOM: OnceLock<Mutex<HashMap<CustomKey, Module>>> = OnceLock::new();
+    CUSTOM.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Compiles and loads a downstream crate's own HIP source through the same pipeline as the
+/// built-in modules: `kernels/prelude.h` is prepended (so the source can use `f16`, `bf16`,
+/// `u64`, `RK_KERNEL`, the strided-index helpers, ...), it is compiled at run time for the
+/// device (hipRTC on AMD, NVRTC on NVIDIA) through hip-core's disk cache, and the module is kept
+/// for the process, keyed by device and a hash of `name` and `source`.
+///
+/// ```no_run
+/// # fn f(device: &hip_core::Device) -> rocm_kernels::Result<()> {
+/// let module = rocm_kernels::modules::custom_module(
+///     device,
+///     "my_clamp",
+///     r#"RK_KERNEL void clamp_f32(f32* x, u64 n, f32 lo, f32 hi) {
+///            u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+///            if (i < n) x[i] = fminf(fmaxf(x[i], lo), hi);
+///        }"#,
+/// )?;
+/// let clamp = module.function("clamp_f32")?;
+/// # let _ = clamp; Ok(()) }
+/// ```
+pub fn custom_module(device: &Device, name: &str, source: &str) -> Result<Module> {
+    let digest: String = Sha256::digest(format!("{name}\n{source}").as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let key = (device.ordinal(), digest);
+    if let Some(m) = custom_modules().lock().get(&key) {
+        return Ok(m.clone());
+    }
+    let full = format!("{PRELUDE}\n#line 1 \"{name}.hip\"\n{source}");
+    let image = hip_core::rtc::compile(name, &full, device.arch(), &compile_options())?;
+    let m = device.load_module(&image.image)?;
+    Ok(custom_modules().lock().entry(key).or_insert(m).clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,45 +434,4 @@ mod tests {
             Err(JitReason::NotEmbedded)
         );
     }
-}
-
-type CustomKey = (usize, String);
-
-fn custom_modules() -> &'static Mutex<HashMap<CustomKey, Module>> {
-    static CUSTOM: OnceLock<Mutex<HashMap<CustomKey, Module>>> = OnceLock::new();
-    CUSTOM.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Compiles and loads a downstream crate's own HIP source through the same pipeline as the
-/// built-in modules: `kernels/prelude.h` is prepended (so the source can use `f16`, `bf16`,
-/// `u64`, `RK_KERNEL`, the strided-index helpers, ...), it is compiled at run time for the
-/// device (hipRTC on AMD, NVRTC on NVIDIA) through hip-core's disk cache, and the module is kept
-/// for the process, keyed by device and a hash of `name` and `source`.
-///
-/// ```no_run
-/// # fn f(device: &hip_core::Device) -> rocm_kernels::Result<()> {
-/// let module = rocm_kernels::modules::custom_module(
-///     device,
-///     "my_clamp",
-///     r#"RK_KERNEL void clamp_f32(f32* x, u64 n, f32 lo, f32 hi) {
-///            u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-///            if (i < n) x[i] = fminf(fmaxf(x[i], lo), hi);
-///        }"#,
-/// )?;
-/// let clamp = module.function("clamp_f32")?;
-/// # let _ = clamp; Ok(()) }
-/// ```
-pub fn custom_module(device: &Device, name: &str, source: &str) -> Result<Module> {
-    let digest: String = Sha256::digest(format!("{name}\n{source}").as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let key = (device.ordinal(), digest);
-    if let Some(m) = custom_modules().lock().get(&key) {
-        return Ok(m.clone());
-    }
-    let full = format!("{PRELUDE}\n#line 1 \"{name}.hip\"\n{source}");
-    let image = hip_core::rtc::compile(name, &full, device.arch(), &compile_options())?;
-    let m = device.load_module(&image.image)?;
-    Ok(custom_modules().lock().entry(key).or_insert(m).clone())
 }

@@ -136,7 +136,7 @@ fn ln_scaled_f32(k: u32) -> f32 {
     let bits = (k as f32).to_bits();
     let mut e = (bits >> 23) as i32 - 127;
     let mut m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
-    if m > 1.414_213_562_373_095_05_f32 {
+    if m > std::f32::consts::SQRT_2 {
         m *= 0.5;
         e += 1;
     }
@@ -173,7 +173,7 @@ fn sincos_turn_f32(j: u32) -> (f32, f32) {
     if reflect {
         rem = quarter - rem;
     }
-    let t = rem as f32 * 2.384_185_791_015_625e-07_f32 * 1.570_796_326_794_896_62_f32;
+    let t = rem as f32 * 2.384_185_791_015_625e-07_f32 * std::f32::consts::FRAC_PI_2;
     let z = t * t;
     let mut ps = 2.755_731_922_398_589_3e-06_f32;
     ps = ps.mul_add(z, -0.000_198_412_698_412_698_41);
@@ -196,7 +196,7 @@ fn ln_scaled_f64(k: u64) -> f64 {
     let bits = (k as f64).to_bits();
     let mut e = (bits >> 52) as i32 - 1023;
     let mut m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
-    if m > 1.414_213_562_373_095_1 {
+    if m > std::f64::consts::SQRT_2 {
         m *= 0.5;
         e += 1;
     }
@@ -237,7 +237,7 @@ fn sincos_turn_f64(j: u64) -> (f64, f64) {
     if reflect {
         rem = quarter - rem;
     }
-    let t = rem as f64 * 4.440_892_098_500_626e-16 * 1.570_796_326_794_896_6;
+    let t = rem as f64 * 4.440_892_098_500_626e-16 * std::f64::consts::FRAC_PI_2;
     let z = t * t;
     let sin_c: [f64; 8] = [
         2.811_457_254_345_520_6e-15,
@@ -278,7 +278,7 @@ fn sincos_turn_f64(j: u64) -> (f64, f64) {
 /// `rand_uniform_f32` writes for it.
 pub fn uniform_f32_host(seed: u64, j: u64, lo: f32, up: f32) -> f32 {
     let x = block(seed, j / 4, TAG_UNIFORM_F32);
-    let u = (x[(j % 4) as usize] >> 8) as f32 * 5.960_464_477_539_062_5e-08;
+    let u = (x[(j % 4) as usize] >> 8) as f32 / 16_777_216.0; // * 2^-24, exact
     let r = (up - lo).mul_add(u, lo);
     if r < up {
         r
@@ -290,7 +290,7 @@ pub fn uniform_f32_host(seed: u64, j: u64, lo: f32, up: f32) -> f32 {
 /// Stream index `j` of the f64 uniform generator (`rand_uniform_f64`).
 pub fn uniform_f64_host(seed: u64, j: u64, lo: f64, up: f64) -> f64 {
     let x = block(seed, j / 2, TAG_UNIFORM_F64);
-    let u = (word64(&x, (j % 2) as usize) >> 11) as f64 * 1.110_223_024_625_156_5e-16;
+    let u = (word64(&x, (j % 2) as usize) >> 11) as f64 / 9_007_199_254_740_992.0; // * 2^-53, exact
     let r = (up - lo).mul_add(u, lo);
     if r < up {
         r
@@ -468,7 +468,10 @@ pub fn rand_uniform<T: KernelDType>(
         return Err(bad_param(
             OP,
             T::NAME,
-            format!("the range [{lo}, {up}) is empty or not finite in {}", T::NAME),
+            format!(
+                "the range [{lo}, {up}) is empty or not finite in {}",
+                T::NAME
+            ),
         ));
     }
     launch(stream, OP, dst, seed, offset, p)
@@ -549,15 +552,30 @@ mod tests {
     #[test]
     fn helpers_are_accurate() {
         // ln(k 2^-p) and (sin, cos)(2 pi j 2^-p) against std's f64 functions.
-        for k in [1u32, 2, 3, 1000, 5_000_000, 11_863_283, (1 << 24) - 1, 1 << 24] {
+        for k in [
+            1u32,
+            2,
+            3,
+            1000,
+            5_000_000,
+            11_863_283,
+            (1 << 24) - 1,
+            1 << 24,
+        ] {
             let want = (k as f64 / 16_777_216.0).ln();
             let got = ln_scaled_f32(k) as f64;
-            assert!((got - want).abs() <= 1e-6 * want.abs().max(1e-7), "ln f32 {k}");
+            assert!(
+                (got - want).abs() <= 1e-6 * want.abs().max(1e-7),
+                "ln f32 {k}"
+            );
         }
         for k in [1u64, 2, 12345, 1 << 40, (1 << 53) - 1, 1 << 53] {
             let want = (k as f64 / 9_007_199_254_740_992.0).ln();
             let got = ln_scaled_f64(k);
-            assert!((got - want).abs() <= 4e-16 * want.abs().max(1e-16), "ln f64 {k}");
+            assert!(
+                (got - want).abs() <= 4e-16 * want.abs().max(1e-16),
+                "ln f64 {k}"
+            );
         }
         for j in (0u32..(1 << 24)).step_by(4099) {
             let a = std::f64::consts::TAU * j as f64 / 16_777_216.0;
@@ -601,7 +619,10 @@ mod tests {
         assert_eq!(below_f64(-1.0), -1.0 - f64::EPSILON);
         assert_eq!(below_16(half::f16::ONE.to_bits()), 0x3bff);
         // Different seeds and tags give different streams.
-        assert_ne!(uniform_f32_host(1, 0, 0.0, 1.0), uniform_f32_host(2, 0, 0.0, 1.0));
+        assert_ne!(
+            uniform_f32_host(1, 0, 0.0, 1.0),
+            uniform_f32_host(2, 0, 0.0, 1.0)
+        );
         assert_ne!(block(1, 0, TAG_UNIFORM_F32), block(1, 0, TAG_NORMAL_F32));
     }
 

@@ -168,15 +168,23 @@ fn check_flag<I: TT>(ctx: &str, flag: &IndexErrorFlag, op: IndexOp, ids: &[I], s
         .filter(|&&i| classify(i, size) == IdKind::Bad)
         .map(|i| i.to_i128())
         .collect();
-    let got = flag.take().unwrap_or_else(|e| panic!("{ctx}: reading the flag: {e}"));
+    let got = flag
+        .take()
+        .unwrap_or_else(|e| panic!("{ctx}: reading the flag: {e}"));
     match got {
-        None => assert!(bad.is_empty(), "{ctx}: out-of-range ids {bad:?} not flagged"),
+        None => assert!(
+            bad.is_empty(),
+            "{ctx}: out-of-range ids {bad:?} not flagged"
+        ),
         Some(IndexError {
             op: got_op,
             index,
             size: got_size,
         }) => {
-            assert!(!bad.is_empty(), "{ctx}: flagged {got:?} without a bad index");
+            assert!(
+                !bad.is_empty(),
+                "{ctx}: flagged {got:?} without a bad index"
+            );
             assert_eq!(got_op, op, "{ctx}: flagged op");
             assert_eq!(got_size, size as u64, "{ctx}: flagged size");
             assert!(
@@ -200,7 +208,13 @@ fn kinds3(k: usize) -> (Kind, Kind, Kind) {
 // index_select and gather
 // ------------------------------------------------------------------------------------------
 
-fn check_index_select<I: TT, T: TT>(s: &Stream, flag: &IndexErrorFlag, dims: &[usize], dim: usize, k: usize) {
+fn check_index_select<I: TT, T: TT>(
+    s: &Stream,
+    flag: &IndexErrorFlag,
+    dims: &[usize],
+    dim: usize,
+    k: usize,
+) {
     let (sk, ik, _) = kinds3(k);
     let src_dim = dims[dim];
     let n_ids = [3usize, 1, 0, src_dim + 4][k % 4];
@@ -259,7 +273,13 @@ fn check_index_select<I: TT, T: TT>(s: &Stream, flag: &IndexErrorFlag, dims: &[u
     check_flag(&ctx, flag, IndexOp::IndexSelect, used, src_dim);
 }
 
-fn check_gather<I: TT, T: TT>(s: &Stream, flag: &IndexErrorFlag, dims: &[usize], dim: usize, k: usize) {
+fn check_gather<I: TT, T: TT>(
+    s: &Stream,
+    flag: &IndexErrorFlag,
+    dims: &[usize],
+    dim: usize,
+    k: usize,
+) {
     let (sk, ik, _) = kinds3(k);
     let src_dim = dims[dim];
     let mut ids_dims = dims.to_vec();
@@ -346,7 +366,8 @@ fn check_accumulated<T: TT>(ctx: &str, got: &[T], init: &[T], adds: &[Vec<T>]) {
                 terms.len()
             );
         } else {
-            let want = T::from_i128(init[p].to_i128() + terms.iter().map(|t| t.to_i128()).sum::<i128>());
+            let want =
+                T::from_i128(init[p].to_i128() + terms.iter().map(|t| t.to_i128()).sum::<i128>());
             assert_eq!(g, want, "{ctx}: element {p}");
         }
     }
@@ -376,7 +397,11 @@ fn check_scatter<I: TT, T: TT>(
     let (ik, dk) = (no_bcast(ik), no_bcast(dk));
     let dst_dim = dims[dim];
     let m = [3usize, 1, 0, dst_dim + 2][k % 4];
-    let m = if op == ScatterOp::Set { m.min(dst_dim) } else { m };
+    let m = if op == ScatterOp::Set {
+        m.min(dst_dim)
+    } else {
+        m
+    };
     let mut src_dims = dims.to_vec();
     src_dims[dim] = m;
     let bad = k % 3 == 1;
@@ -526,7 +551,12 @@ fn check_scatter<I: TT, T: TT>(
 // Drivers
 // ------------------------------------------------------------------------------------------
 
-fn indexing_pair<I: TT, T: TT>(s: &Stream, flag: &IndexErrorFlag, pairs: &mut Vec<String>, cases: &mut usize) {
+fn indexing_pair<I: TT, T: TT>(
+    s: &Stream,
+    flag: &IndexErrorFlag,
+    pairs: &mut Vec<String>,
+    cases: &mut usize,
+) {
     let mut k = 0;
     for dims in ix_shapes() {
         for dim in 0..dims.len() {
@@ -545,7 +575,12 @@ fn indexing_pair<I: TT, T: TT>(s: &Stream, flag: &IndexErrorFlag, pairs: &mut Ve
     pairs.push(format!("{}_{}", I::NAME, T::NAME));
 }
 
-fn indexing_for<I: TT>(s: &Stream, flag: &IndexErrorFlag, pairs: &mut Vec<String>, cases: &mut usize) {
+fn indexing_for<I: TT>(
+    s: &Stream,
+    flag: &IndexErrorFlag,
+    pairs: &mut Vec<String>,
+    cases: &mut usize,
+) {
     indexing_pair::<I, u8>(s, flag, pairs, cases);
     indexing_pair::<I, u32>(s, flag, pairs, cases);
     indexing_pair::<I, i16>(s, flag, pairs, cases);
@@ -618,7 +653,10 @@ fn indexing_contention_and_errors() {
                 "f16" => T::from_i128(count.min(2048)),
                 _ => T::from_i128(count),
             };
-            assert_eq!(*g, want, "{ctx}: element {i} ({count} additions; a lost update?)");
+            assert_eq!(
+                *g, want,
+                "{ctx}: element {i} ({count} additions; a lost update?)"
+            );
         }
         assert!(flag.take().unwrap().is_none(), "{ctx}: flagged");
     }
@@ -648,7 +686,10 @@ fn indexing_contention_and_errors() {
         &flag,
     )
     .unwrap();
-    assert_eq!(out.read("index_select errors"), vec![2.0, 0.0, 0.0, 0.0, 1.0]);
+    assert_eq!(
+        out.read("index_select errors"),
+        vec![2.0, 0.0, 0.0, 0.0, 1.0]
+    );
     match flag.check() {
         Err(Error::Layout { op, reason }) => {
             assert_eq!(op, "index_select");
@@ -745,8 +786,14 @@ fn indexing_contention_and_errors() {
         &flag,
     )
     .unwrap_err();
-    assert!(matches!(e, Error::Layout { .. }), "flag of another stream: {e}");
-    assert!(out2.untouched(), "a call with another stream's flag launched");
+    assert!(
+        matches!(e, Error::Layout { .. }),
+        "flag of another stream: {e}"
+    );
+    assert!(
+        out2.untouched(),
+        "a call with another stream's flag launched"
+    );
     flag.check().expect("nothing flagged");
     checked += 2;
     println!("indexing: contention for 9 dtypes and {checked} error paths checked");

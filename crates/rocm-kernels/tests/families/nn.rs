@@ -57,7 +57,9 @@ fn check_close<T: TT>(ctx: &str, got: &[T], want: &[(f64, f64)]) {
             if w.is_nan() {
                 !g.is_nan()
             } else {
-                !((g - w).abs() <= T::REL * scale.max(w.abs()) + T::ABS)
+                // NaN results fail too.
+                let ok = (g - w).abs() <= T::REL * scale.max(w.abs()) + T::ABS;
+                !ok
             }
         })
         .take(8)
