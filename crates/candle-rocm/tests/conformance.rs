@@ -8,6 +8,13 @@
 //! or the pair is expected to return a typed `RocmError`. The suite keeps a matrix of
 //! (op, dtype) -> outcome, prints it at the end and fails if a pair expected to pass does not.
 //!
+//! Reductions (`reduce sum/min/max/argmin/argmax`) are compared with the CPU oracle too; sums
+//! with a tolerance that grows with the reduced length (see `compare_sum`), min/max exactly.
+//! The fused ops of `RocmStorage` (`softmax_last_dim`, `rms_norm`, `layer_norm`, `rope`,
+//! `rope_i`, `rope_thd`) have no CPU storage op: their oracle is the published definition
+//! evaluated in f64 on the CPU (checked against candle-core tensor ops in a tier-1 test), and
+//! `ok` in those rows means a match with it.
+//!
 //! GPU tests are `#[ignore = "needs a GPU"]`; run them with `--include-ignored`. Inputs are drawn
 //! from a fixed seed (`CANDLE_ROCM_SEED` overrides it), printed with every failure.
 
@@ -21,6 +28,7 @@ use candle_core::op::{self, BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::{CpuStorage, DType, Layout, Shape, WithDType};
 use candle_rocm::{RocmDevice, RocmError, RocmStorage};
 use half::{bf16, f16};
+use rocm_kernels::nn::RopeKind;
 
 // ------------------------------------------------------------------------------------------
 // Random numbers (SplitMix64: tiny, deterministic, good enough for test data)
@@ -818,6 +826,17 @@ fn judge(
     reference: Option<CpuStorage>,
     exact: bool,
 ) -> Outcome {
+    judge_with(expect, gpu, cpu, reference, &|g, w| compare(g, w, exact))
+}
+
+/// [`judge`] with a caller-chosen comparison (e.g. tolerances that scale with a sum's length).
+fn judge_with(
+    expect: Expect,
+    gpu: candle_core::Result<CpuStorage>,
+    cpu: Option<OracleResult<CpuStorage>>,
+    reference: Option<CpuStorage>,
+    cmp: &dyn Fn(&CpuStorage, &CpuStorage) -> Result<(), String>,
+) -> Outcome {
     match expect {
         Expect::TypedError => {
             return match gpu {
@@ -835,7 +854,7 @@ fn judge(
         Err(e) => return Outcome::Fail(format!("ROCm error: {e}")),
     };
     let oracle_problem = match cpu {
-        Some(Ok(Ok(want))) => match compare(&got, &want, exact) {
+        Some(Ok(Ok(want))) => match cmp(&got, &want) {
             Ok(()) => return Outcome::Pass,
             Err(m) => format!("CPU oracle differs ({m})"),
         },
@@ -844,7 +863,7 @@ fn judge(
         None => "CPU oracle not consulted (known to panic)".to_string(),
     };
     match reference {
-        Some(r) => match compare(&got, &r, exact) {
+        Some(r) => match cmp(&got, &r) {
             Ok(()) => Outcome::PassReference(format!("{oracle_problem}; matches the reference")),
             Err(m) => Outcome::Fail(format!("{oracle_problem}; reference differs too ({m})")),
         },
@@ -1538,6 +1557,595 @@ fn run_copies(ctx: &mut Ctx) {
     }
 }
 
+// ---- reductions --------------------------------------------------------------------------
+
+/// A reduction case: a layout and the dims reduced over.
+struct RCase {
+    name: &'static str,
+    layout: Layout,
+    dims: Vec<usize>,
+    /// Float inputs get NaNs sprinkled in (min/max/argmin/argmax: Candle's NaN rule).
+    nans: bool,
+}
+
+fn rc(name: &'static str, layout: candle_core::Result<Layout>, dims: &[usize]) -> RCase {
+    RCase {
+        name,
+        layout: layout.expect("test layouts are valid"),
+        dims: dims.to_vec(),
+        nans: false,
+    }
+}
+
+/// Reduction cases: first, last and middle dims, several dims (unsorted too), contiguous,
+/// transposed, narrowed with an offset, broadcast (stride 0, including a size-1 stride-0
+/// reduced dim), single element, long rows (4096, 4097), large, NaNs, an empty output.
+fn reduce_cases() -> Vec<RCase> {
+    let mut v = vec![
+        rc("contiguous, last dim", contiguous((2, 3, 4)), &[2]),
+        rc("contiguous, first dim", contiguous((2, 3, 4)), &[0]),
+        rc("contiguous, middle dim", contiguous((2, 3, 4)), &[1]),
+        rc(
+            "contiguous, first+last dims",
+            contiguous((2, 3, 4)),
+            &[0, 2],
+        ),
+        rc("contiguous, dims [2, 0]", contiguous((2, 3, 4)), &[2, 0]),
+        rc("contiguous, all dims", contiguous((2, 3, 4)), &[0, 1, 2]),
+        rc("rank1", contiguous(7), &[0]),
+        rc(
+            "transposed, dim 0",
+            Layout::contiguous((4, 5)).transpose(0, 1),
+            &[0],
+        ),
+        rc(
+            "transposed, dim 1",
+            Layout::contiguous((4, 5)).transpose(0, 1),
+            &[1],
+        ),
+        rc(
+            "narrowed rows (offset), dim 1",
+            Layout::contiguous((6, 5)).narrow(0, 2, 3),
+            &[1],
+        ),
+        rc(
+            "narrowed rows (offset), dim 0",
+            Layout::contiguous((6, 5)).narrow(0, 2, 3),
+            &[0],
+        ),
+        rc(
+            "narrowed cols, dim 1",
+            Layout::contiguous((6, 5)).narrow(1, 1, 3),
+            &[1],
+        ),
+        rc(
+            "narrowed+transposed, dim 1",
+            Layout::contiguous((5, 6, 4))
+                .narrow(1, 1, 4)
+                .and_then(|l| l.transpose(0, 2)),
+            &[1],
+        ),
+        rc(
+            "rank4 permuted, dim 2",
+            Layout::contiguous((2, 3, 4, 5)).permute(&[3, 1, 0, 2]),
+            &[2],
+        ),
+        rc(
+            "rank4 permuted, dims [1, 3]",
+            Layout::contiguous((2, 3, 4, 5)).permute(&[3, 1, 0, 2]),
+            &[1, 3],
+        ),
+        rc(
+            "broadcast rows, stride-0 dim 0",
+            Layout::contiguous((1, 3)).broadcast_as((4, 3)),
+            &[0],
+        ),
+        rc(
+            "broadcast cols, dim 1",
+            Layout::contiguous((3, 1)).broadcast_as((3, 4)),
+            &[1],
+        ),
+        rc(
+            "broadcast with offset, dims [0, 1]",
+            Layout::contiguous_with_offset((1, 5), 3).broadcast_as((2, 3, 5)),
+            &[0, 1],
+        ),
+        rc(
+            "size-1 stride-0 reduced dim",
+            Layout::contiguous_with_offset(5, 1).broadcast_as((1, 5)),
+            &[0],
+        ),
+        rc("single element, dim 1", with_offset((1, 1), 3), &[1]),
+        rc("single element, all dims", with_offset((1, 1), 3), &[0, 1]),
+        rc("4096-long rows", contiguous((2, 4096)), &[1]),
+        rc("4097-long rows (offset)", with_offset((3, 4097), 5), &[1]),
+        rc("large, dim 1", contiguous((300, 347)), &[1]),
+        rc("large, dim 0", contiguous((300, 347)), &[0]),
+        rc(
+            "large transposed, dim 0",
+            Layout::contiguous((347, 300)).transpose(0, 1),
+            &[0],
+        ),
+        rc("empty output", contiguous((0, 3)), &[1]),
+    ];
+    for (name, l, d) in [
+        ("NaNs, last dim", contiguous((16, 9)), [1]),
+        ("NaNs, first dim", contiguous((9, 16)), [0]),
+    ] {
+        let mut case = rc(name, l, &d);
+        case.nans = true;
+        v.push(case);
+    }
+    v
+}
+
+/// For each output element (contiguous, reduced dims kept as size 1), the buffer offsets of its
+/// reduced elements, row-major over the reduced dims in increasing dim order.
+fn reduce_groups(l: &Layout, rdims: &[usize]) -> Vec<Vec<usize>> {
+    let dims = l.dims();
+    let out_dims: Vec<usize> = (0..dims.len())
+        .map(|d| if rdims.contains(&d) { 1 } else { dims[d] })
+        .collect();
+    let out_n: usize = out_dims.iter().product();
+    let mut groups = vec![Vec::new(); out_n];
+    let n: usize = dims.iter().product();
+    let offsets = logical_offsets(l);
+    let mut idx = vec![0usize; dims.len()];
+    for &off in offsets.iter().take(n) {
+        let mut o = 0;
+        for d in 0..dims.len() {
+            o = o * out_dims[d] + if rdims.contains(&d) { 0 } else { idx[d] };
+        }
+        groups[o].push(off);
+        for d in (0..dims.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < dims[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    groups
+}
+
+/// The reference reduction: sums in f64 (rounded once) or wrapping integer math; min/max/arg*
+/// by Candle's fold (replace only by a strictly smaller/larger element: ties keep the first,
+/// NaNs are skipped unless first), the chosen element copied bit for bit.
+fn reduce_reference(op: ReduceOp, input: &CpuStorage, l: &Layout, rdims: &[usize]) -> CpuStorage {
+    let groups = reduce_groups(l, rdims);
+    if op == ReduceOp::Sum {
+        if let Some(v) = values_i128(input) {
+            let out: Vec<i128> = groups
+                .iter()
+                .map(|g| g.iter().map(|&o| v[o]).sum())
+                .collect();
+            return storage_from_i128(input.dtype(), &out);
+        }
+        let v = values_f64(input);
+        let out: Vec<f64> = groups
+            .iter()
+            .map(|g| g.iter().map(|&o| v[o]).sum())
+            .collect();
+        return storage_from_f64(input.dtype(), &out);
+    }
+    let min = matches!(op, ReduceOp::Min | ReduceOp::ArgMin);
+    let ints = values_i128(input);
+    let floats = values_f64(input);
+    let replaces = |acc: usize, s: usize| -> bool {
+        match &ints {
+            Some(v) if min => v[acc] > v[s],
+            Some(v) => v[acc] < v[s],
+            None if min => floats[acc] > floats[s],
+            None => floats[acc] < floats[s],
+        }
+    };
+    let chosen: Vec<(usize, usize)> = groups
+        .iter()
+        .map(|g| {
+            let (mut acc, mut at) = (g[0], 0);
+            for (k, &o) in g.iter().enumerate() {
+                if replaces(acc, o) {
+                    (acc, at) = (o, k);
+                }
+            }
+            (acc, at)
+        })
+        .collect();
+    if matches!(op, ReduceOp::ArgMin | ReduceOp::ArgMax) {
+        CpuStorage::U32(chosen.iter().map(|&(_, k)| k as u32).collect())
+    } else {
+        gather(input, &chosen.iter().map(|&(o, _)| o).collect::<Vec<_>>())
+    }
+}
+
+/// Compares sums: integers exactly; floats within `rtol * (|want| + sqrt(sum of x^2))` per
+/// element, where the sum runs over that element's reduced inputs: the error of a float sum
+/// grows with the reduced length (like a random walk, as sqrt(n) times the inputs' size), and
+/// the CPU oracle accumulates in the dtype itself, sequentially.
+fn compare_sum(got: &CpuStorage, want: &CpuStorage, scale: &[f64]) -> Result<(), String> {
+    if got.dtype().is_int() || got.dtype() != want.dtype() {
+        return compare(got, want, false);
+    }
+    let (g, w) = (values_f64(got), values_f64(want));
+    if g.len() != w.len() {
+        return Err(format!("{} elements, expected {}", g.len(), w.len()));
+    }
+    let rtol = tolerance(got.dtype());
+    let ok = |i: usize| {
+        (g[i].is_nan() && w[i].is_nan())
+            || g[i] == w[i]
+            || (g[i] - w[i]).abs() <= rtol * (w[i].abs() + scale[i]) + rtol * 1e-3
+    };
+    let bad: Vec<usize> = (0..g.len()).filter(|&i| !ok(i)).collect();
+    match bad.first() {
+        None => Ok(()),
+        Some(&i) => Err(format!(
+            "{} of {} elements differ (rtol {rtol:e} x (|want| + {:.3})); first at {i}: got {}, \
+             expected {}",
+            bad.len(),
+            g.len(),
+            scale[i],
+            g[i],
+            w[i]
+        )),
+    }
+}
+
+/// `sqrt(sum of x^2)` over each output element's reduced inputs (the sums' error scale).
+fn sum_scales(input: &CpuStorage, l: &Layout, rdims: &[usize]) -> Vec<f64> {
+    let v = values_f64(input);
+    reduce_groups(l, rdims)
+        .iter()
+        .map(|g| g.iter().map(|&o| v[o] * v[o]).sum::<f64>().sqrt())
+        .collect()
+}
+
+/// Replaces about one float element in eight with NaN (the first elements of some rows too).
+fn sprinkle_nans(s: CpuStorage, rng: &mut Rng) -> CpuStorage {
+    if !s.dtype().is_float() {
+        return s;
+    }
+    let mut v = values_f64(&s);
+    for x in v.iter_mut() {
+        if rng.next_u64() % 8 == 0 {
+            *x = f64::NAN;
+        }
+    }
+    storage_from_f64(s.dtype(), &v)
+}
+
+fn reduce_input(op: ReduceOp, dtype: DType, case: &RCase, rng: &mut Rng) -> CpuStorage {
+    let dist = match op {
+        ReduceOp::ArgMin | ReduceOp::ArgMax => Dist::FewValues,
+        _ => Dist::General,
+    };
+    let input = gen(dtype, needed_len(&case.layout), dist, rng);
+    if case.nans {
+        sprinkle_nans(input, rng)
+    } else {
+        input
+    }
+}
+
+fn run_reduce(ctx: &mut Ctx) {
+    for (op, row) in [
+        (ReduceOp::Sum, "reduce sum"),
+        (ReduceOp::Min, "reduce min"),
+        (ReduceOp::Max, "reduce max"),
+        (ReduceOp::ArgMin, "reduce argmin"),
+        (ReduceOp::ArgMax, "reduce argmax"),
+    ] {
+        let out_dtype_of = |d: DType| {
+            if matches!(op, ReduceOp::ArgMin | ReduceOp::ArgMax) {
+                DType::U32
+            } else {
+                d
+            }
+        };
+        for dtype in storage_dtypes() {
+            let col = dtype.as_str();
+            let expect = if dtype == DType::F8E4M3 {
+                Expect::TypedError
+            } else {
+                Expect::Pass
+            };
+            let mut cases = reduce_cases();
+            if op == ReduceOp::Sum {
+                cases.push(rc("empty reduced dim", contiguous((0, 3)), &[0]));
+                if dtype.is_int() {
+                    // Full-range integers: the sums wrap (the CPU oracle panics on overflow in
+                    // debug builds; the wrapping reference judges).
+                    cases.push(rc("wrapping, last dim", contiguous((5, 33)), &[1]));
+                }
+            }
+            for case in cases {
+                let seed = case_seed(ctx.base, &[row, col, case.name]);
+                let mut rng = Rng::new(seed);
+                let input = if case.name.starts_with("wrapping") {
+                    gen(dtype, needed_len(&case.layout), Dist::CastMix, &mut rng)
+                } else {
+                    reduce_input(op, dtype, &case, &mut rng)
+                };
+                let g_in = ctx.upload(&input);
+                let out_n: usize = reduce_groups(&case.layout, &case.dims).len();
+                ctx.poison(out_n * out_dtype_of(dtype).size_in_bytes());
+                let gpu = gpu_result(g_in.reduce_op(op, &case.layout, &case.dims));
+                let consult = expect == Expect::Pass;
+                let cpu = consult.then(|| oracle(|| input.reduce_op(op, &case.layout, &case.dims)));
+                let reference =
+                    consult.then(|| reduce_reference(op, &input, &case.layout, &case.dims));
+                let outcome = if op == ReduceOp::Sum && consult {
+                    let scale = sum_scales(&input, &case.layout, &case.dims);
+                    judge_with(expect, gpu, cpu, reference, &|g, w| {
+                        compare_sum(g, w, &scale)
+                    })
+                } else {
+                    // min/max copy an element: exact, bits included.
+                    judge(expect, gpu, cpu, reference, true)
+                };
+                ctx.matrix.record(row, col, case.name, seed, outcome);
+            }
+        }
+    }
+}
+
+// ---- fused ops (RocmStorage's softmax_last_dim, rms_norm, layer_norm, rope) --------------
+//
+// candle-core's CPU backend has no storage-level version of these (they are candle-nn custom
+// ops), so the oracle is the published definition evaluated in f64 on the CPU from the very
+// inputs (already rounded to the dtype), rounded once to the dtype.
+
+/// `(rows, cols)` of a layout whose last dim is the row.
+fn rows_cols(l: &Layout) -> (usize, usize) {
+    let dims = l.dims();
+    let cols = *dims.last().expect("rank >= 1");
+    (dims[..dims.len() - 1].iter().product(), cols)
+}
+
+/// softmax over the last dim: `exp(x - max) / sum(exp(x - max))`.
+fn softmax_ref(x: &[f64], cols: usize) -> Vec<f64> {
+    x.chunks(cols)
+        .flat_map(|row| {
+            let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = row.iter().map(|v| (v - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.into_iter().map(move |v| v / s)
+        })
+        .collect()
+}
+
+/// rms_norm: `x / sqrt(mean(x^2) + eps) * alpha`.
+fn rms_norm_ref(x: &[f64], alpha: &[f64], eps: f64) -> Vec<f64> {
+    let cols = alpha.len();
+    x.chunks(cols)
+        .flat_map(|row| {
+            let ms = row.iter().map(|v| v * v).sum::<f64>() / cols as f64;
+            let r = (ms + eps).sqrt();
+            row.iter().zip(alpha).map(move |(v, a)| v / r * a)
+        })
+        .collect()
+}
+
+/// layer_norm: `(x - mean) / sqrt(var + eps) * alpha + beta` (biased variance).
+fn layer_norm_ref(x: &[f64], alpha: &[f64], beta: &[f64], eps: f64) -> Vec<f64> {
+    let cols = alpha.len();
+    x.chunks(cols)
+        .flat_map(|row| {
+            let mean = row.iter().sum::<f64>() / cols as f64;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+            let r = (var + eps).sqrt();
+            row.iter()
+                .zip(alpha.iter().zip(beta))
+                .map(move |(v, (a, b))| (v - mean) / r * a + b)
+        })
+        .collect()
+}
+
+/// Rotary embeddings on rows of `d` (logical order of `dims`: `[b, h, t, d]`, or `[b, t, h, d]`
+/// for `Thd`), tables `[t, d/2]`: rope and rope_thd rotate `(x[i], x[i + d/2])`, rope_i
+/// `(x[2i], x[2i + 1])`, into `(x1 cos - x2 sin, x1 sin + x2 cos)`.
+fn rope_ref(kind: RopeKind, x: &[f64], cos: &[f64], sin: &[f64], dims: [usize; 4]) -> Vec<f64> {
+    let d = dims[3];
+    let half = d / 2;
+    let mut out = vec![0.0; x.len()];
+    for (r, (row, o)) in x.chunks(d).zip(out.chunks_mut(d)).enumerate() {
+        let t = match kind {
+            RopeKind::Thd => (r / dims[2]) % dims[1],
+            _ => r % dims[2],
+        };
+        for i in 0..half {
+            let (c, s) = (cos[t * half + i], sin[t * half + i]);
+            let (a, b) = match kind {
+                RopeKind::Interleaved => (2 * i, 2 * i + 1),
+                _ => (i, i + half),
+            };
+            o[a] = row[a] * c - row[b] * s;
+            o[b] = row[a] * s + row[b] * c;
+        }
+    }
+    out
+}
+
+/// `(rtol, atol)` for the fused ops. Norms in f32 get 1e-4: the kernels accumulate the mean and
+/// variance of rows up to 4097 long in f32, and `x - mean` cancels.
+fn fused_tolerance(dtype: DType, norm: bool) -> (f64, f64) {
+    match dtype {
+        DType::F64 => (1e-10, 1e-12),
+        DType::F32 if norm => (1e-4, 1e-5),
+        DType::F32 => (1e-5, 1e-6),
+        DType::F16 => (1e-3, 1e-4),
+        _ => (1e-2, 1e-3),
+    }
+}
+
+fn compare_tol(got: &CpuStorage, want: &CpuStorage, rtol: f64, atol: f64) -> Result<(), String> {
+    if got.dtype() != want.dtype() {
+        return Err(format!(
+            "dtype {:?}, expected {:?}",
+            got.dtype(),
+            want.dtype()
+        ));
+    }
+    let (g, w) = (values_f64(got), values_f64(want));
+    if g.len() != w.len() {
+        return Err(format!("{} elements, expected {}", g.len(), w.len()));
+    }
+    let ok = |i: usize| g[i] == w[i] || (g[i] - w[i]).abs() <= rtol * w[i].abs() + atol;
+    let bad: Vec<usize> = (0..g.len()).filter(|&i| !ok(i)).collect();
+    match bad.first() {
+        None => Ok(()),
+        Some(&i) => Err(format!(
+            "{} of {} elements differ (rtol {rtol:e}, atol {atol:e}); first at {i}: got {}, \
+             expected {}",
+            bad.len(),
+            g.len(),
+            g[i],
+            w[i]
+        )),
+    }
+}
+
+/// The elements of `s` under `l`, in logical order, as f64.
+fn logical_values(s: &CpuStorage, l: &Layout) -> Vec<f64> {
+    let v = values_f64(s);
+    logical_offsets(l).into_iter().map(|o| v[o]).collect()
+}
+
+/// Layouts for the row-wise fused ops: single element, rows of 1, odd lengths, rank 3, a start
+/// offset, 4096/4097-long rows, many rows; the last one is transposed (a typed layout error).
+fn fused_row_cases() -> Vec<Case> {
+    vec![
+        c("single element", contiguous((1, 1))),
+        c("rows of 1", contiguous((5, 1))),
+        c("one odd row", contiguous(7)),
+        c("odd rows", contiguous((3, 17))),
+        c("rank3 with offset", with_offset((2, 3, 33), 5)),
+        c("4096-long rows", contiguous((4, 4096))),
+        c("4097-long rows", contiguous((2, 4097))),
+        c("many rows", contiguous((300, 65))),
+        c("transposed", Layout::contiguous((17, 3)).transpose(0, 1)),
+    ]
+}
+
+/// Rope inputs (`[b, h, t, d]`, read as `[b, t, h, d]` by rope_thd); the last one is not
+/// contiguous (a typed layout error).
+fn rope_cases() -> Vec<Case> {
+    vec![
+        c("one pair", contiguous((1, 1, 1, 2))),
+        c("small", contiguous((2, 3, 5, 8))),
+        c("odd half", contiguous((1, 2, 7, 6))),
+        c("offset", with_offset((2, 2, 3, 10), 3)),
+        c("larger", contiguous((2, 4, 16, 64))),
+        c("long rows", contiguous((1, 2, 3, 4096))),
+        c(
+            "transposed",
+            Layout::contiguous((2, 5, 3, 8)).transpose(1, 2),
+        ),
+    ]
+}
+
+fn fused_expect(dtype: DType, l: &Layout) -> Expect {
+    let float = dtype.is_float() && dtype != DType::F8E4M3;
+    if float && l.is_contiguous() {
+        Expect::Pass
+    } else {
+        Expect::TypedError
+    }
+}
+
+/// Judges a fused op: the GPU result against the f64 definition (as the oracle).
+fn judge_fused(
+    expect: Expect,
+    gpu: candle_core::Result<CpuStorage>,
+    want: Option<Vec<f64>>,
+    dtype: DType,
+    norm: bool,
+) -> Outcome {
+    let (rtol, atol) = fused_tolerance(dtype, norm);
+    let cpu = want.map(|w| Ok(Ok(storage_from_f64(dtype, &w))));
+    judge_with(expect, gpu, cpu, None, &|g, w| {
+        compare_tol(g, w, rtol, atol)
+    })
+}
+
+fn run_fused(ctx: &mut Ctx) {
+    let eps = 1e-5f32;
+    for dtype in storage_dtypes() {
+        let col = dtype.as_str();
+        for row in ["softmax_last_dim", "rms_norm", "layer_norm"] {
+            for case in fused_row_cases() {
+                let expect = fused_expect(dtype, &case.layout);
+                // Non-float dtypes: one case is enough for the typed error.
+                if !dtype.is_float() && case.name != "odd rows" {
+                    continue;
+                }
+                let seed = case_seed(ctx.base, &[row, col, case.name]);
+                let mut rng = Rng::new(seed);
+                let (_, cols) = rows_cols(&case.layout);
+                let x = gen(dtype, needed_len(&case.layout), Dist::General, &mut rng);
+                let alpha = gen(dtype, cols, Dist::General, &mut rng);
+                let beta = gen(dtype, cols, Dist::General, &mut rng);
+                let al = Layout::contiguous(cols);
+                let (gx, ga, gb) = (ctx.upload(&x), ctx.upload(&alpha), ctx.upload(&beta));
+                ctx.poison(case.layout.shape().elem_count() * dtype.size_in_bytes());
+                let gpu = gpu_result(match row {
+                    "softmax_last_dim" => gx.softmax_last_dim(&case.layout),
+                    "rms_norm" => gx.rms_norm(&case.layout, &ga, &al, eps),
+                    _ => gx.layer_norm(&case.layout, &ga, &al, &gb, &al, eps),
+                });
+                let want = (expect == Expect::Pass).then(|| {
+                    let xv = logical_values(&x, &case.layout);
+                    let (av, bv) = (values_f64(&alpha), values_f64(&beta));
+                    match row {
+                        "softmax_last_dim" => softmax_ref(&xv, cols),
+                        "rms_norm" => rms_norm_ref(&xv, &av, eps as f64),
+                        _ => layer_norm_ref(&xv, &av, &bv, eps as f64),
+                    }
+                });
+                let norm = row != "softmax_last_dim";
+                let outcome = judge_fused(expect, gpu, want, dtype, norm);
+                ctx.matrix.record(row, col, case.name, seed, outcome);
+            }
+        }
+        for kind in [RopeKind::Rope, RopeKind::Interleaved, RopeKind::Thd] {
+            let row = kind.name();
+            for case in rope_cases() {
+                let expect = fused_expect(dtype, &case.layout);
+                if !dtype.is_float() && case.name != "small" {
+                    continue;
+                }
+                let seed = case_seed(ctx.base, &[row, col, case.name]);
+                let mut rng = Rng::new(seed);
+                let dims: [usize; 4] = case.layout.dims().try_into().expect("rank 4");
+                let t = if kind == RopeKind::Thd {
+                    dims[1]
+                } else {
+                    dims[2]
+                };
+                let half = dims[3] / 2;
+                let angles: Vec<f64> = (0..t * half)
+                    .map(|_| rng.uniform(-std::f64::consts::PI, std::f64::consts::PI))
+                    .collect();
+                let cos =
+                    storage_from_f64(dtype, &angles.iter().map(|a| a.cos()).collect::<Vec<_>>());
+                let sin =
+                    storage_from_f64(dtype, &angles.iter().map(|a| a.sin()).collect::<Vec<_>>());
+                let x = gen(dtype, needed_len(&case.layout), Dist::General, &mut rng);
+                let tl = Layout::contiguous((t, half));
+                let (gx, gc, gs) = (ctx.upload(&x), ctx.upload(&cos), ctx.upload(&sin));
+                ctx.poison(case.layout.shape().elem_count() * dtype.size_in_bytes());
+                let gpu = gpu_result(gx.rope(&case.layout, &gc, &tl, &gs, &tl, kind));
+                let want = (expect == Expect::Pass).then(|| {
+                    let xv = logical_values(&x, &case.layout);
+                    rope_ref(kind, &xv, &values_f64(&cos), &values_f64(&sin), dims)
+                });
+                let outcome = judge_fused(expect, gpu, want, dtype, false);
+                ctx.matrix.record(row, col, case.name, seed, outcome);
+            }
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // GPU tests
 // ------------------------------------------------------------------------------------------
@@ -1554,6 +2162,8 @@ fn conformance_matrix() {
     run_cmp(&mut ctx);
     run_where(&mut ctx);
     run_copies(&mut ctx);
+    run_reduce(&mut ctx);
+    run_fused(&mut ctx);
     println!("{}", ctx.matrix.render());
     // docs/ops.md is this table: `CANDLE_ROCM_OPS_MD=path` writes it as markdown.
     if let Some(path) = std::env::var_os("CANDLE_ROCM_OPS_MD") {
@@ -1589,15 +2199,6 @@ fn unimplemented_ops_return_typed_errors_naming_op_and_dtype() {
             let s = e.to_string();
             assert!(s.contains(op) && s.contains(dtype.as_str()), "{op}: {s}");
         };
-        for (rop, name) in [
-            (ReduceOp::Sum, "reduce sum"),
-            (ReduceOp::Min, "reduce min"),
-            (ReduceOp::Max, "reduce max"),
-            (ReduceOp::ArgMin, "reduce argmin"),
-            (ReduceOp::ArgMax, "reduce argmax"),
-        ] {
-            check(name, a.reduce_op(rop, &l, &[1]).map(drop));
-        }
         let l4 = Layout::contiguous((1, 1, 2, 3));
         check("matmul", a.matmul(&a, (1, 2, 2, 3), &l, &l).map(drop));
         check("avg_pool2d", a.avg_pool2d(&l4, (1, 1), (1, 1)).map(drop));
@@ -1819,6 +2420,18 @@ fn every_test_layout_fits_its_storage_and_the_cases_cover_the_brief() {
         check(&c.lhs);
         check(&c.rhs);
     }
+    for c in reduce_cases() {
+        check(&c.layout);
+        assert!(
+            c.dims.iter().all(|&d| d < c.layout.dims().len()),
+            "{}",
+            c.name
+        );
+    }
+    for c in fused_row_cases().iter().chain(&rope_cases()) {
+        check(&c.layout);
+    }
+    assert!(rope_cases().iter().all(|c| c.layout.dims()[3] % 2 == 0));
     for c in where_cases() {
         assert_eq!(c.cond.dims(), c.t.dims(), "{}", c.name);
         assert_eq!(c.cond.dims(), c.f.dims(), "{}", c.name);
@@ -2004,7 +2617,7 @@ fn custom_kernel_on_storage_buffers() {
         panic!("not f32")
     };
     for (i, (g, x)) in got.iter().zip(&data).enumerate() {
-        let want = ((x * 3.0 + 0.5) as f32).clamp(-10.0, 20.0) - 1.0;
+        let want = (x * 3.0 + 0.5).clamp(-10.0, 20.0) - 1.0;
         assert_eq!(*g, want, "element {i}");
     }
     // A buffer allocated on another stream cannot be wrapped.
@@ -2013,4 +2626,173 @@ fn custom_kernel_on_storage_buffers() {
     let e = candle_rocm::RocmStorage::from_slice(candle_rocm::RocmStorageSlice::F32(buf), device)
         .unwrap_err();
     assert!(e.to_string().contains("not on the stream"), "{e}");
+}
+
+#[test]
+fn reduce_references_agree_with_the_cpu_oracle_where_it_is_right() {
+    // Where candle's CPU backend is right (one reduced dim, no size-1 stride-0 reduced dim, no
+    // overflow, non-empty), the reduction reference must match it, and the groups must cover
+    // every input element once.
+    for case in reduce_cases() {
+        let n = case.layout.shape().elem_count();
+        let groups = reduce_groups(&case.layout, &case.dims);
+        assert_eq!(
+            groups.iter().map(Vec::len).sum::<usize>(),
+            n,
+            "{}",
+            case.name
+        );
+        let quirk = case.dims.len() != 1
+            || n == 0
+            || case.layout.stride()[case.dims[0]] == 0 && case.layout.dims()[case.dims[0]] == 1;
+        for dtype in [DType::I32, DType::I64, DType::F32, DType::F64] {
+            for op in [
+                ReduceOp::Sum,
+                ReduceOp::Min,
+                ReduceOp::Max,
+                ReduceOp::ArgMin,
+                ReduceOp::ArgMax,
+            ] {
+                if quirk && op != ReduceOp::Sum {
+                    continue;
+                }
+                let mut rng = Rng::new(case_seed(4, &[case.name, dtype.as_str()]));
+                let input = reduce_input(op, dtype, &case, &mut rng);
+                let want = input.reduce_op(op, &case.layout, &case.dims).unwrap();
+                let got = reduce_reference(op, &input, &case.layout, &case.dims);
+                let r = if op == ReduceOp::Sum {
+                    let scale = sum_scales(&input, &case.layout, &case.dims);
+                    compare_sum(&got, &want, &scale)
+                } else {
+                    compare(&got, &want, true)
+                };
+                r.unwrap_or_else(|e| panic!("{op:?} {dtype:?} {}: {e}", case.name));
+            }
+        }
+    }
+    // The sum tolerance catches one missing element of a long row, and wraps integers.
+    let x = CpuStorage::F32(vec![0.5; 4096]);
+    let l = Layout::contiguous(4096);
+    let scale = sum_scales(&x, &l, &[0]);
+    assert!(compare_sum(
+        &CpuStorage::F32(vec![2047.5]),
+        &CpuStorage::F32(vec![2048.0]),
+        &scale
+    )
+    .is_err());
+    let s = reduce_reference(
+        ReduceOp::Sum,
+        &CpuStorage::U8(vec![200, 100]),
+        &Layout::contiguous(2),
+        &[0],
+    );
+    assert_eq!(s.as_slice::<u8>().unwrap(), &[44]);
+    // Several dims: indices row-major over the reduced dims; NaN first wins, NaN later skipped.
+    let x = CpuStorage::F32(vec![1.0, f32::NAN, 0.5, 3.0, f32::NAN, 2.0]);
+    let l = Layout::contiguous((2, 3));
+    let a = reduce_reference(ReduceOp::ArgMin, &x, &l, &[0, 1]);
+    assert_eq!(a.as_slice::<u32>().unwrap(), &[2]);
+    let a = reduce_reference(ReduceOp::ArgMax, &x, &l, &[0]);
+    assert_eq!(a.as_slice::<u32>().unwrap(), &[1, 0, 1]);
+}
+
+#[test]
+fn fused_references_agree_with_candle_tensor_ops_on_the_cpu() {
+    use candle_core::{Device, Tensor, D};
+    let dev = Device::Cpu;
+    let mut rng = Rng::new(5);
+    let (rows, cols) = (5usize, 37usize);
+    let xs: Vec<f64> = (0..rows * cols).map(|_| rng.uniform(-4.0, 4.0)).collect();
+    let al: Vec<f64> = (0..cols).map(|_| rng.uniform(-4.0, 4.0)).collect();
+    let be: Vec<f64> = (0..cols).map(|_| rng.uniform(-4.0, 4.0)).collect();
+    let x = Tensor::from_vec(xs.clone(), (rows, cols), &dev).unwrap();
+    let a = Tensor::from_vec(al.clone(), cols, &dev).unwrap();
+    let b = Tensor::from_vec(be.clone(), cols, &dev).unwrap();
+    let eps = 1e-5;
+    let check = |name: &str, got: Vec<f64>, want: &Tensor| {
+        let want: Vec<f64> = want.flatten_all().unwrap().to_vec1().unwrap();
+        let g = CpuStorage::F64(got);
+        compare(&g, &CpuStorage::F64(want), false).unwrap_or_else(|e| panic!("{name}: {e}"));
+    };
+    let e = x
+        .broadcast_sub(&x.max_keepdim(D::Minus1).unwrap())
+        .unwrap()
+        .exp()
+        .unwrap();
+    let sm = e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap();
+    check("softmax", softmax_ref(&xs, cols), &sm);
+    let ms = x.sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
+    let rms = x
+        .broadcast_div(&(ms + eps).unwrap().sqrt().unwrap())
+        .unwrap()
+        .broadcast_mul(&a)
+        .unwrap();
+    check("rms_norm", rms_norm_ref(&xs, &al, eps), &rms);
+    let xc = x
+        .broadcast_sub(&x.mean_keepdim(D::Minus1).unwrap())
+        .unwrap();
+    let var = xc.sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
+    let ln = xc
+        .broadcast_div(&(var + eps).unwrap().sqrt().unwrap())
+        .unwrap()
+        .broadcast_mul(&a)
+        .unwrap()
+        .broadcast_add(&b)
+        .unwrap();
+    check("layer_norm", layer_norm_ref(&xs, &al, &be, eps), &ln);
+
+    // rope / rope_i / rope_thd through narrow/cat/reshape on [b, h, t, d].
+    let (bs, h, t, d) = (2usize, 3usize, 4usize, 6usize);
+    let xs: Vec<f64> = (0..bs * h * t * d)
+        .map(|_| rng.uniform(-4.0, 4.0))
+        .collect();
+    let ang: Vec<f64> = (0..t * d / 2).map(|_| rng.uniform(-3.0, 3.0)).collect();
+    let cv: Vec<f64> = ang.iter().map(|a| a.cos()).collect();
+    let sv: Vec<f64> = ang.iter().map(|a| a.sin()).collect();
+    let cos = Tensor::from_vec(cv.clone(), (t, d / 2), &dev).unwrap();
+    let sin = Tensor::from_vec(sv.clone(), (t, d / 2), &dev).unwrap();
+    let rotate = |x1: &Tensor, x2: &Tensor, c: &Tensor, s: &Tensor| {
+        let o1 = (x1.broadcast_mul(c).unwrap() - x2.broadcast_mul(s).unwrap()).unwrap();
+        let o2 = (x1.broadcast_mul(s).unwrap() + x2.broadcast_mul(c).unwrap()).unwrap();
+        (o1, o2)
+    };
+    let x = Tensor::from_vec(xs.clone(), (bs, h, t, d), &dev).unwrap();
+    let (o1, o2) = rotate(
+        &x.narrow(3, 0, d / 2).unwrap(),
+        &x.narrow(3, d / 2, d / 2).unwrap(),
+        &cos,
+        &sin,
+    );
+    let rope = Tensor::cat(&[o1, o2], 3).unwrap();
+    check(
+        "rope",
+        rope_ref(RopeKind::Rope, &xs, &cv, &sv, [bs, h, t, d]),
+        &rope,
+    );
+    let xp = x.reshape((bs, h, t, d / 2, 2)).unwrap();
+    let (c5, s5) = (cos.unsqueeze(2).unwrap(), sin.unsqueeze(2).unwrap());
+    let (o1, o2) = rotate(
+        &xp.narrow(4, 0, 1).unwrap(),
+        &xp.narrow(4, 1, 1).unwrap(),
+        &c5,
+        &s5,
+    );
+    let rope_i = Tensor::cat(&[o1, o2], 4).unwrap();
+    let got = rope_ref(RopeKind::Interleaved, &xs, &cv, &sv, [bs, h, t, d]);
+    check("rope_i", got, &rope_i);
+    // rope_thd: the same rotation on [b, t, h, d] (tables broadcast over h).
+    let xt = Tensor::from_vec(xs.clone(), (bs, t, h, d), &dev).unwrap();
+    let (ct, st) = (cos.unsqueeze(1).unwrap(), sin.unsqueeze(1).unwrap());
+    let (o1, o2) = rotate(
+        &xt.narrow(3, 0, d / 2).unwrap(),
+        &xt.narrow(3, d / 2, d / 2).unwrap(),
+        &ct,
+        &st,
+    );
+    let thd = Tensor::cat(&[o1, o2], 3).unwrap();
+    check(
+        "rope_thd",
+        rope_ref(RopeKind::Thd, &xs, &cv, &sv, [bs, t, h, d]),
+        &thd,
+    );
 }
