@@ -708,11 +708,14 @@ impl Matrix {
             _ => {}
         }
         let key = (row.to_string(), col.to_string());
+        // A cell shows its most telling case: a failure, else a pass against the reference,
+        // else a pass, else an expected typed error (e.g. a row's non-contiguous case).
         let merged = match (self.cells.remove(&key), outcome) {
             (Some(Outcome::Fail(m)), _) | (_, Outcome::Fail(m)) => Outcome::Fail(m),
             (Some(Outcome::PassReference(n)), _) | (_, Outcome::PassReference(n)) => {
                 Outcome::PassReference(n)
             }
+            (Some(Outcome::Pass), _) | (_, Outcome::Pass) => Outcome::Pass,
             (_, o) => o,
         };
         self.cells.insert(key, merged);
@@ -2617,8 +2620,9 @@ fn custom_kernel_on_storage_buffers() {
         panic!("not f32")
     };
     for (i, (g, x)) in got.iter().zip(&data).enumerate() {
+        // affine may fuse x * 3 + 0.5 into one rounding: compare to within an ulp or two.
         let want = (x * 3.0 + 0.5).clamp(-10.0, 20.0) - 1.0;
-        assert_eq!(*g, want, "element {i}");
+        assert!((g - want).abs() <= 2e-6 * want.abs().max(1.0), "element {i}: {g} vs {want}");
     }
     // A buffer allocated on another stream cannot be wrapped.
     let other = device.hip_device().create_stream().unwrap();
