@@ -1,13 +1,17 @@
 //! [`RocmDevice`]: candle's `BackendDevice` over a hip-core device.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use candle_core::backend::BackendDevice;
 use candle_core::{CpuStorage, CpuStorageRef, DType, DeviceLocation, Result, Shape, WithDType};
 use hip_core::{DeviceBuffer, DeviceRepr, Stream};
 use parking_lot::Mutex;
 
-use crate::error::{hip_err, RocmError, DUMMY_REASON};
+use rocm_kernels::indexing::IndexErrorFlag;
+use rocm_kernels::KernelDType;
+
+use crate::error::{hip_err, kernel_err, RocmError, DUMMY_REASON};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// The seed a new device starts with (the same default as candle's CUDA backend).
@@ -18,13 +22,34 @@ pub const DEFAULT_SEED: u64 = 299_792_458;
 /// Holds the hip-core device (whose caching allocator serves every buffer), the stream all of
 /// this backend's work on the device is queued on (the device's default stream, shared by every
 /// `RocmDevice` of the same ordinal, so that storages from different handles never need
-/// cross-stream synchronisation), and the random-number seed. Cheap to clone: clones share the
-/// seed.
+/// cross-stream synchronisation), the random-number seed and offset, and the error flag of the
+/// indexing kernels. Cheap to clone: clones share the seed, the offset and the flag.
+///
+/// ## Out-of-range indices
+/// The indexing kernels (index_select, gather, scatter_set, scatter_add_set, index_add) cannot
+/// fail a launch: an out-of-range index is skipped (nothing read or written out of bounds) and
+/// recorded in a device-side [`IndexErrorFlag`] owned by the device (created on the first
+/// indexing op, bound to the device's stream, first error wins). `to_cpu_storage` and
+/// `synchronize` read and clear that flag first, and a recorded error becomes candle's
+/// [`candle_core::Error::InvalidIndex`] `{ op, index, size }` (`op` is the kernel's name:
+/// `index_select`, `gather`, `scatter`, `scatter_add`, `index_add`), or, for a negative index
+/// (which `InvalidIndex`'s `usize` cannot hold), a [`RocmError::Layout`] naming the op, index
+/// and size. The error is reported once, by the first host read or synchronization after it;
+/// later ops run normally.
+///
+/// ## Random numbers
+/// `rand_uniform`/`rand_normal` draw from a counter-based generator (Philox4x32-10): element `i`
+/// of a call is stream index `offset + i` under the device's seed, and every call advances the
+/// shared offset by its element count, so successive calls give fresh numbers and
+/// [`set_seed`](BackendDevice::set_seed) (which also resets the offset to 0) reproduces a
+/// sequence.
 #[derive(Clone)]
 pub struct RocmDevice {
     device: hip_core::Device,
     stream: Stream,
     seed: Arc<Mutex<u64>>,
+    rng_offset: Arc<AtomicU64>,
+    index_flag: Arc<OnceLock<IndexErrorFlag>>,
 }
 
 impl RocmDevice {
@@ -40,6 +65,8 @@ impl RocmDevice {
             stream: device.default_stream(),
             device,
             seed: Arc::new(Mutex::new(DEFAULT_SEED)),
+            rng_offset: Arc::new(AtomicU64::new(0)),
+            index_flag: Arc::new(OnceLock::new()),
         }
     }
 
@@ -100,14 +127,102 @@ impl RocmDevice {
         Ok(self.storage(slice))
     }
 
-    fn random_not_implemented(op: &str, dtype: DType) -> candle_core::Error {
-        RocmError::not_implemented(
-            op,
-            dtype,
-            "no random-number kernel exists yet on ROCm (tracked by the kernels issue); \
-             generate on the CPU and copy with Tensor::to_device meanwhile",
-        )
-        .into()
+    /// The indexing kernels' error flag on the backend's stream (created on first use).
+    pub(crate) fn index_flag(&self) -> Result<&IndexErrorFlag> {
+        if let Some(flag) = self.index_flag.get() {
+            return Ok(flag);
+        }
+        let flag = IndexErrorFlag::new(&self.stream).map_err(kernel_err("indexing error flag"))?;
+        // Another clone may have won the race; either flag is bound to the same stream.
+        let _ = self.index_flag.set(flag);
+        match self.index_flag.get() {
+            Some(flag) => Ok(flag),
+            None => {
+                Err(RocmError::layout("indexing error flag", "could not be initialised").into())
+            }
+        }
+    }
+
+    /// Reads and clears the indexing kernels' error flag (waiting for the stream when the flag
+    /// exists): a recorded out-of-range index becomes a typed error naming the op, the index and
+    /// the dim size (see the type's docs). Called by `to_cpu_storage` and `synchronize`.
+    pub fn check_index_errors(&self) -> Result<()> {
+        let Some(flag) = self.index_flag.get() else {
+            return Ok(());
+        };
+        let Some(e) = flag
+            .take()
+            .map_err(kernel_err("checking the indexing error flag"))?
+        else {
+            return Ok(());
+        };
+        match (usize::try_from(e.index), usize::try_from(e.size)) {
+            (Ok(index), Ok(size)) => Err(candle_core::Error::InvalidIndex {
+                op: e.op.name(),
+                index,
+                size,
+            }
+            .bt()),
+            _ => Err(RocmError::kernel(e.op.name(), e.to_error()).into()),
+        }
+    }
+
+    /// Fills a new buffer of `n` elements with `fill(stream, dst, seed, offset)`, advancing the
+    /// device's random offset by `n`.
+    fn random_buf<T: KernelDType>(
+        &self,
+        op: &str,
+        n: usize,
+        fill: impl FnOnce(
+            &Stream,
+            &mut hip_core::DeviceSliceMut<'_, T>,
+            u64,
+            u64,
+        ) -> rocm_kernels::Result<()>,
+    ) -> Result<DeviceBuffer<T>> {
+        let mut out = self.alloc::<T>(op, n)?;
+        let seed = *self.seed.lock();
+        let offset = self.rng_offset.fetch_add(n as u64, Ordering::Relaxed);
+        fill(&self.stream, &mut out.as_mut_slice(), seed, offset).map_err(kernel_err(op))?;
+        Ok(out)
+    }
+
+    fn random(&self, op: &str, shape: &Shape, dtype: DType, a: f64, b: f64) -> Result<RocmStorage> {
+        use rocm_kernels::random::{rand_normal, rand_uniform};
+        let n = shape.elem_count();
+        let normal = op == "rand_normal";
+        macro_rules! gen {
+            ($variant:ident, $t:ty) => {
+                RocmStorageSlice::$variant(self.random_buf::<$t>(op, n, |s, d, seed, off| {
+                    if normal {
+                        rand_normal(s, d, seed, off, a, b)
+                    } else {
+                        rand_uniform(s, d, seed, off, a, b)
+                    }
+                })?)
+            };
+        }
+        let slice = match dtype {
+            DType::U8 => gen!(U8, u8),
+            DType::U32 => gen!(U32, u32),
+            DType::I16 => gen!(I16, i16),
+            DType::I32 => gen!(I32, i32),
+            DType::I64 => gen!(I64, i64),
+            DType::BF16 => gen!(BF16, half::bf16),
+            DType::F16 => gen!(F16, half::f16),
+            DType::F32 => gen!(F32, f32),
+            DType::F64 => gen!(F64, f64),
+            DType::F8E4M3 => {
+                return Err(RocmError::not_implemented(
+                    op,
+                    dtype,
+                    "f8e4m3 arithmetic is not implemented yet",
+                )
+                .into())
+            }
+            other => return Err(dummy(op, other)),
+        };
+        Ok(self.storage(slice))
     }
 }
 
@@ -220,16 +335,22 @@ impl BackendDevice for RocmDevice {
         self.upload_ref(to_cpu_ref(&s))
     }
 
-    fn rand_uniform(&self, _: &Shape, dtype: DType, _: f64, _: f64) -> Result<RocmStorage> {
-        Err(Self::random_not_implemented("rand_uniform", dtype))
+    /// Uniform values in `[lo, up)` (float dtypes; integers are a typed `Unsupported` error).
+    fn rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, up: f64) -> Result<RocmStorage> {
+        self.random("rand_uniform", shape, dtype, lo, up)
     }
 
-    fn rand_normal(&self, _: &Shape, dtype: DType, _: f64, _: f64) -> Result<RocmStorage> {
-        Err(Self::random_not_implemented("rand_normal", dtype))
+    /// Normal values (float dtypes; integers are a typed `Unsupported` error).
+    fn rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, std: f64) -> Result<RocmStorage> {
+        self.random("rand_normal", shape, dtype, mean, std)
     }
 
+    /// Sets the seed and resets the random offset, so the same seed reproduces the same
+    /// sequence of random tensors.
     fn set_seed(&self, seed: u64) -> Result<()> {
-        *self.seed.lock() = seed;
+        let mut guard = self.seed.lock();
+        *guard = seed;
+        self.rng_offset.store(0, Ordering::Relaxed);
         Ok(())
     }
 
@@ -237,9 +358,12 @@ impl BackendDevice for RocmDevice {
         Ok(*self.seed.lock())
     }
 
+    /// Waits for the stream, then reports an out-of-range index recorded by an indexing op
+    /// since the last check (see the type's docs).
     fn synchronize(&self) -> Result<()> {
         self.stream
             .synchronize()
-            .map_err(hip_err("synchronizing the ROCm device"))
+            .map_err(hip_err("synchronizing the ROCm device"))?;
+        self.check_index_errors()
     }
 }

@@ -1,7 +1,9 @@
 //! Fused ops for candle-nn's custom ops (softmax over the last dim, rms_norm, layer_norm, rope /
 //! rope_i / rope_thd), callable on [`RocmStorage`]: until the Tensor issue's hook routes
 //! candle-nn's custom ops here, these are the storage-level entry points. Float dtypes (bf16,
-//! f16, f32, f64); inputs must be contiguous (as candle-nn's own GPU versions require).
+//! f16, f32, f64); inputs must be contiguous (as candle-nn's own GPU versions require). Also
+//! candle-core's `arg_sort_last_dim` custom op ([`RocmStorage::arg_sort_last_dim`], every
+//! kernel dtype).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout, Result};
@@ -218,5 +220,48 @@ impl RocmStorage {
             .map(|()| out)
         });
         Ok(RocmStorage::new(slice, dev.clone()))
+    }
+
+    /// The indices (u32) that sort each row of the last dim, ascending or descending
+    /// (candle-core's `arg_sort_last_dim` custom op). Contiguous input; every kernel dtype; rows
+    /// longer than `rocm_kernels::sort::max_cols` are a typed `Unsupported` error.
+    pub fn arg_sort_last_dim(&self, layout: &Layout, ascending: bool) -> Result<Self> {
+        const OP: &str = "arg_sort";
+        let (rows, cols) = rows_cols(OP, layout)?;
+        let dev = self.device();
+        fn run<T: KernelDType>(
+            dev: &crate::RocmDevice,
+            buf: &DeviceBuffer<T>,
+            layout: &Layout,
+            rows: usize,
+            cols: usize,
+            ascending: bool,
+        ) -> Result<DeviceBuffer<u32>> {
+            let src = contiguous(OP, buf, layout)?;
+            let mut out = dev.alloc::<u32>(OP, rows * cols)?;
+            rocm_kernels::sort::arg_sort(
+                dev.stream(),
+                src,
+                rows,
+                cols,
+                ascending,
+                &mut out.as_mut_slice(),
+            )
+            .map_err(kernel_err(OP))?;
+            Ok(out)
+        }
+        let out = match self.as_slice() {
+            RocmStorageSlice::U8(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::U32(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::I16(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::I32(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::I64(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::BF16(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::F16(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::F32(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::F64(b) => run(dev, b, layout, rows, cols, ascending)?,
+            RocmStorageSlice::F8E4M3(_) => return Err(not_float(OP, DType::F8E4M3)),
+        };
+        Ok(RocmStorage::new(RocmStorageSlice::U32(out), dev.clone()))
     }
 }

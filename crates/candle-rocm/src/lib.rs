@@ -16,9 +16,15 @@
 //! * `f8e4m3` is stored (as bytes) and supports host transfers, copies, `const_set` and
 //!   `where_cond`; its arithmetic and casts return a typed error for now. The 4/6-bit formats
 //!   and `f8e8m0` have no device storage.
+//! * Also on the GPU: reductions (sum, min, max, argmin, argmax), indexing (`index_select`,
+//!   `gather`, `scatter_set`, `scatter_add_set`, `index_add`, ids u8/u32/i16/i32/i64; an
+//!   out-of-range index is reported as a typed error by the next `to_cpu_storage` or
+//!   `synchronize`, see [`RocmDevice`]), pooling (`avg_pool2d`, `max_pool2d`), upsampling
+//!   (nearest 1-D/2-D, bilinear 2-D), random numbers (`rand_uniform`, `rand_normal`, float
+//!   dtypes, seeded), and the fused ops and `arg_sort_last_dim` on [`RocmStorage`] (softmax,
+//!   rms_norm, layer_norm, rope).
 //! * Not implemented yet, each returning a typed [`RocmError`] that names the op and dtype:
-//!   reductions, indexing (gather, scatter, index_select, index_add), pooling, upsampling and
-//!   random numbers (the kernels issue); matmul and convolutions (the rocBLAS/MIOpen issue).
+//!   matmul and convolutions (the rocBLAS/MIOpen issue) and f8e4m3 arithmetic.
 //!
 //! Nothing here panics on bad input: a layout that would read outside its buffer, a dtype or
 //! device mismatch, or a runtime failure is an error.
@@ -52,7 +58,7 @@
 //! }
 //! # let _ = yt;
 //! // Ops without a ROCm implementation yet fail with a typed error naming op and dtype.
-//! let err = y.reduce_op(op::ReduceOp::Sum, &layout, &[1]).unwrap_err();
+//! let err = y.matmul(&y, (1, 2, 3, 2), &layout, &layout.transpose(0, 1)?).unwrap_err();
 //! assert!(candle_rocm::RocmError::from_candle(&err).is_some());
 //! # Ok(())
 //! # }

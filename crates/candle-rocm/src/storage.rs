@@ -14,8 +14,6 @@ use crate::device::RocmDevice;
 use crate::error::{hip_err, kernel_err, RocmError, DUMMY_REASON, F8_REASON};
 use crate::layout::{copy2d_ranges, layout_range};
 
-/// Why element-wise-family ops other than those implemented fail.
-const KERNEL_MISSING: &str = "kernel not implemented yet on ROCm (tracked by the kernels issue)";
 /// Why matmul and convolutions fail.
 const BLAS_DNN_MISSING: &str =
     "belongs to the rocBLAS/MIOpen work (the BLAS/DNN issue), not implemented yet";
@@ -367,6 +365,55 @@ macro_rules! with_same_buffers {
     };
 }
 
+/// Binds the typed ids buffer (u8, u32, i16, i32, i64); other dtypes are refused as
+/// `Unsupported` (f8e4m3 as not implemented).
+macro_rules! with_ids {
+    ($ids:expr, $op:expr, |$i:ident| $body:expr) => {
+        match $ids {
+            RocmStorageSlice::U8($i) => $body,
+            RocmStorageSlice::U32($i) => $body,
+            RocmStorageSlice::I16($i) => $body,
+            RocmStorageSlice::I32($i) => $body,
+            RocmStorageSlice::I64($i) => $body,
+            RocmStorageSlice::F8E4M3(_) => return Err(f8_error($op)),
+            other => {
+                return Err(RocmError::unsupported(
+                    $op,
+                    other.dtype(),
+                    "indices must have an integer dtype (u8, u32, i16, i32, i64)",
+                )
+                .into())
+            }
+        }
+    };
+}
+
+/// Destination (mutable) and source of the same kernel dtype, for in-place ops.
+macro_rules! with_dst_src {
+    ($dst:expr, $src:expr, $op:expr, |$a:ident, $b:ident| $body:expr) => {
+        match ($dst, $src) {
+            (RocmStorageSlice::U8($a), RocmStorageSlice::U8($b)) => $body,
+            (RocmStorageSlice::U32($a), RocmStorageSlice::U32($b)) => $body,
+            (RocmStorageSlice::I16($a), RocmStorageSlice::I16($b)) => $body,
+            (RocmStorageSlice::I32($a), RocmStorageSlice::I32($b)) => $body,
+            (RocmStorageSlice::I64($a), RocmStorageSlice::I64($b)) => $body,
+            (RocmStorageSlice::BF16($a), RocmStorageSlice::BF16($b)) => $body,
+            (RocmStorageSlice::F16($a), RocmStorageSlice::F16($b)) => $body,
+            (RocmStorageSlice::F32($a), RocmStorageSlice::F32($b)) => $body,
+            (RocmStorageSlice::F64($a), RocmStorageSlice::F64($b)) => $body,
+            (RocmStorageSlice::F8E4M3(_), RocmStorageSlice::F8E4M3(_)) => return Err(f8_error($op)),
+            (l, r) => {
+                return Err(Error::DTypeMismatchBinaryOp {
+                    lhs: l.dtype(),
+                    rhs: r.dtype(),
+                    op: $op,
+                }
+                .bt())
+            }
+        }
+    };
+}
+
 /// Candle's unary op name (`UnaryOpT::NAME`) to the kernel op.
 pub(crate) fn unary_op_from_name(name: &str) -> Option<ew::UnaryOp> {
     use ew::UnaryOp as U;
@@ -634,6 +681,115 @@ fn copy2d_buf<T: KernelDType>(
     ew::copy2d(dev.stream(), &s, &mut d, d1, d2, src_s, dst_s).map_err(kernel_err(op))
 }
 
+/// The strided, mutable view of `buf` described by `layout` (for in-place kernels).
+fn view_mut<'a, T: KernelDType>(
+    op: &str,
+    buf: &'a mut DeviceBuffer<T>,
+    layout: &Layout,
+) -> Result<DeviceSliceMut<'a, T>> {
+    let range = layout_range(op, layout, buf.len())?.unwrap_or(0..0);
+    buf.slice_mut(range).map_err(hip_err(op))
+}
+
+/// Runs a one-input kernel into a new contiguous buffer of `out_len` elements.
+fn map_out<T: KernelDType>(
+    dev: &RocmDevice,
+    op: &str,
+    buf: &DeviceBuffer<T>,
+    layout: &Layout,
+    out_len: usize,
+    launch: impl FnOnce(
+        &Stream,
+        &[usize],
+        Strided<'_, T>,
+        &mut DeviceSliceMut<'_, T>,
+    ) -> rocm_kernels::Result<()>,
+) -> Result<DeviceBuffer<T>> {
+    let mut out = dev.alloc::<T>(op, out_len)?;
+    let src = view(op, buf, layout)?;
+    launch(dev.stream(), layout.dims(), src, &mut out.as_mut_slice()).map_err(kernel_err(op))?;
+    Ok(out)
+}
+
+/// The element count of `dims[..lead]` times `rest` (0 when the rank is too small: the kernel
+/// wrapper then reports the rank).
+fn out_len(dims: &[usize], lead: usize, rest: &[usize]) -> usize {
+    if dims.len() < lead {
+        return 0;
+    }
+    dims[..lead].iter().product::<usize>() * rest.iter().product::<usize>()
+}
+
+/// `index_select`/`gather` of `src` by `ids` into a new contiguous buffer of `out_elems`.
+#[allow(clippy::too_many_arguments)]
+fn gather_like<I: KernelDType, T: KernelDType>(
+    dev: &RocmDevice,
+    op: &str,
+    select: bool,
+    (src, src_l): (&DeviceBuffer<T>, &Layout),
+    (ids, ids_l): (&DeviceBuffer<I>, &Layout),
+    dim: usize,
+    out_elems: usize,
+) -> Result<DeviceBuffer<T>> {
+    let flag = dev.index_flag()?;
+    let mut out = dev.alloc::<T>(op, out_elems)?;
+    let s = view(op, src, src_l)?;
+    let i = view(op, ids, ids_l)?;
+    let mut d = out.as_mut_slice();
+    let stream = dev.stream();
+    let r = if select {
+        rocm_kernels::indexing::index_select(
+            stream,
+            s,
+            src_l.dims(),
+            i,
+            ids_l.dims(),
+            dim,
+            &mut d,
+            flag,
+        )
+    } else {
+        rocm_kernels::indexing::gather(stream, s, src_l.dims(), i, ids_l.dims(), dim, &mut d, flag)
+    };
+    r.map_err(kernel_err(op))?;
+    Ok(out)
+}
+
+/// Which in-place accumulation [`scatter_like_buf`] runs.
+#[derive(Clone, Copy)]
+enum ScatterKind {
+    Set,
+    Add,
+    IndexAdd,
+}
+
+/// `scatter_set`/`scatter_add_set`/index_add's accumulation into `dst` (in place).
+#[allow(clippy::too_many_arguments)]
+fn scatter_like_buf<I: KernelDType, T: KernelDType>(
+    dev: &RocmDevice,
+    op: &str,
+    kind: ScatterKind,
+    (dst, dst_l): (&mut DeviceBuffer<T>, &Layout),
+    (ids, ids_l): (&DeviceBuffer<I>, &Layout),
+    (src, src_l): (&DeviceBuffer<T>, &Layout),
+    dim: usize,
+) -> Result<()> {
+    use rocm_kernels::indexing as ix;
+    let flag = dev.index_flag()?;
+    let i = view(op, ids, ids_l)?;
+    let s = view(op, src, src_l)?;
+    let mut d = view_mut(op, dst, dst_l)?;
+    let stream = dev.stream();
+    let (dd, ds) = (dst_l.dims(), dst_l.stride());
+    let (idd, sd) = (ids_l.dims(), src_l.dims());
+    match kind {
+        ScatterKind::Set => ix::scatter(stream, &mut d, dd, ds, i, idd, s, sd, dim, flag),
+        ScatterKind::Add => ix::scatter_add(stream, &mut d, dd, ds, i, idd, s, sd, dim, flag),
+        ScatterKind::IndexAdd => ix::index_add(stream, &mut d, dd, ds, i, idd, s, sd, dim, flag),
+    }
+    .map_err(kernel_err(op))
+}
+
 fn to_host<T: KernelDType>(buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
     buf.to_host_vec().map_err(hip_err("to_cpu_storage"))
 }
@@ -671,7 +827,10 @@ impl BackendStorage for RocmStorage {
         &self.device
     }
 
+    /// Reports first an out-of-range index recorded by an indexing op since the last check
+    /// (see [`RocmDevice`]'s docs), then copies the buffer to the host.
     fn to_cpu_storage(&self) -> Result<CpuStorage> {
+        self.device.check_index_errors()?;
         Ok(match &self.slice {
             RocmStorageSlice::U8(b) => CpuStorage::U8(to_host(b)?),
             RocmStorageSlice::U32(b) => CpuStorage::U32(to_host(b)?),
@@ -960,76 +1119,220 @@ impl BackendStorage for RocmStorage {
         Err(self.not_implemented("conv_transpose2d", BLAS_DNN_MISSING))
     }
 
-    fn avg_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> Result<Self> {
-        Err(self.not_implemented("avg_pool2d", KERNEL_MISSING))
+    fn avg_pool2d(&self, layout: &Layout, k: (usize, usize), st: (usize, usize)) -> Result<Self> {
+        let op = "avg_pool2d";
+        let dev = &self.device;
+        let dims =
+            rocm_kernels::pool::pool2d_output_dims(layout.dims(), k, st).map_err(kernel_err(op))?;
+        let n = dims.iter().product();
+        let slice = map_dtype!(&self.slice, op, |b| map_out(
+            dev,
+            op,
+            b,
+            layout,
+            n,
+            |s, d, src, dst| rocm_kernels::pool::avg_pool2d(s, d, src, dst, k, st)
+        ));
+        Ok(self.wrap(slice))
     }
 
-    fn max_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> Result<Self> {
-        Err(self.not_implemented("max_pool2d", KERNEL_MISSING))
+    fn max_pool2d(&self, layout: &Layout, k: (usize, usize), st: (usize, usize)) -> Result<Self> {
+        let op = "max_pool2d";
+        let dev = &self.device;
+        let dims =
+            rocm_kernels::pool::pool2d_output_dims(layout.dims(), k, st).map_err(kernel_err(op))?;
+        let n = dims.iter().product();
+        let slice = map_dtype!(&self.slice, op, |b| map_out(
+            dev,
+            op,
+            b,
+            layout,
+            n,
+            |s, d, src, dst| rocm_kernels::pool::max_pool2d(s, d, src, dst, k, st)
+        ));
+        Ok(self.wrap(slice))
     }
 
-    fn upsample_nearest1d(&self, _: &Layout, _: usize) -> Result<Self> {
-        Err(self.not_implemented("upsample_nearest1d", KERNEL_MISSING))
+    fn upsample_nearest1d(&self, layout: &Layout, l_out: usize) -> Result<Self> {
+        let op = "upsample_nearest1d";
+        let dev = &self.device;
+        let n = out_len(layout.dims(), 2, &[l_out]);
+        let slice = map_dtype!(&self.slice, op, |b| map_out(
+            dev,
+            op,
+            b,
+            layout,
+            n,
+            |s, d, src, dst| rocm_kernels::pool::upsample_nearest1d(s, d, src, dst, l_out)
+        ));
+        Ok(self.wrap(slice))
     }
 
-    fn upsample_nearest2d(&self, _: &Layout, _: usize, _: usize) -> Result<Self> {
-        Err(self.not_implemented("upsample_nearest2d", KERNEL_MISSING))
+    fn upsample_nearest2d(&self, layout: &Layout, h_out: usize, w_out: usize) -> Result<Self> {
+        let op = "upsample_nearest2d";
+        let dev = &self.device;
+        let n = out_len(layout.dims(), 2, &[h_out, w_out]);
+        let slice = map_dtype!(&self.slice, op, |b| map_out(
+            dev,
+            op,
+            b,
+            layout,
+            n,
+            |s, d, src, dst| rocm_kernels::pool::upsample_nearest2d(s, d, src, dst, h_out, w_out)
+        ));
+        Ok(self.wrap(slice))
     }
 
     fn upsample_bilinear2d(
         &self,
-        _: &Layout,
-        _: usize,
-        _: usize,
-        _: bool,
-        _: Option<f64>,
-        _: Option<f64>,
+        layout: &Layout,
+        h_out: usize,
+        w_out: usize,
+        align_corners: bool,
+        scale_h: Option<f64>,
+        scale_w: Option<f64>,
     ) -> Result<Self> {
-        Err(self.not_implemented("upsample_bilinear2d", KERNEL_MISSING))
+        let op = "upsample_bilinear2d";
+        let dev = &self.device;
+        let n = out_len(layout.dims(), 2, &[h_out, w_out]);
+        let slice = map_dtype!(&self.slice, op, |b| map_out(
+            dev,
+            op,
+            b,
+            layout,
+            n,
+            |s, d, src, dst| rocm_kernels::pool::upsample_bilinear2d(
+                s,
+                d,
+                src,
+                dst,
+                h_out,
+                w_out,
+                align_corners,
+                scale_h,
+                scale_w
+            )
+        ));
+        Ok(self.wrap(slice))
     }
 
-    fn gather(&self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> {
-        Err(self.not_implemented("gather", KERNEL_MISSING))
+    fn gather(&self, l: &Layout, ids: &Self, ids_l: &Layout, dim: usize) -> Result<Self> {
+        let op = "gather";
+        self.check_device(ids, op)?;
+        let dev = &self.device;
+        let n = ids_l.shape().elem_count();
+        let slice = map_dtype!(&self.slice, op, |b| with_ids!(&ids.slice, op, |i| {
+            gather_like(dev, op, false, (b, l), (i, ids_l), dim, n)
+        }));
+        Ok(self.wrap(slice))
     }
 
     fn scatter_set(
         &mut self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: usize,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
     ) -> Result<()> {
-        Err(self.not_implemented("scatter_set", KERNEL_MISSING))
+        let op = "scatter_set";
+        self.check_device(ids, op)?;
+        self.check_operand(src, op)?;
+        let dev = self.device.clone();
+        with_dst_src!(&mut self.slice, &src.slice, op, |d, s| with_ids!(
+            &ids.slice,
+            op,
+            |i| scatter_like_buf(
+                &dev,
+                op,
+                ScatterKind::Set,
+                (d, l),
+                (i, ids_l),
+                (s, src_l),
+                dim
+            )
+        ))
     }
 
     fn scatter_add_set(
         &mut self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: usize,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
     ) -> Result<()> {
-        Err(self.not_implemented("scatter_add_set", KERNEL_MISSING))
+        let op = "scatter_add_set";
+        self.check_device(ids, op)?;
+        self.check_operand(src, op)?;
+        let dev = self.device.clone();
+        with_dst_src!(&mut self.slice, &src.slice, op, |d, s| with_ids!(
+            &ids.slice,
+            op,
+            |i| scatter_like_buf(
+                &dev,
+                op,
+                ScatterKind::Add,
+                (d, l),
+                (i, ids_l),
+                (s, src_l),
+                dim
+            )
+        ))
     }
 
-    fn index_select(&self, _: &Self, _: &Layout, _: &Layout, _: usize) -> Result<Self> {
-        Err(self.not_implemented("index_select", KERNEL_MISSING))
+    fn index_select(&self, ids: &Self, l: &Layout, ids_l: &Layout, dim: usize) -> Result<Self> {
+        let op = "index_select";
+        self.check_device(ids, op)?;
+        let dev = &self.device;
+        let mut out_dims = l.dims().to_vec();
+        if let (Some(d), Some(&n_ids)) = (out_dims.get_mut(dim), ids_l.dims().first()) {
+            *d = n_ids;
+        }
+        let n = out_dims.iter().product();
+        let slice = map_dtype!(&self.slice, op, |b| with_ids!(&ids.slice, op, |i| {
+            gather_like(dev, op, true, (b, l), (i, ids_l), dim, n)
+        }));
+        Ok(self.wrap(slice))
     }
 
+    /// A new contiguous copy of `self` (through `l`) with `src` accumulated at `ids` along `dim`.
     fn index_add(
         &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: usize,
+        l: &Layout,
+        ids: &Self,
+        ids_l: &Layout,
+        src: &Self,
+        src_l: &Layout,
+        dim: usize,
     ) -> Result<Self> {
-        Err(self.not_implemented("index_add", KERNEL_MISSING))
+        let op = "index_add";
+        self.check_device(ids, op)?;
+        self.check_operand(src, op)?;
+        if self.dtype() == DType::F8E4M3 {
+            return Err(f8_error(op));
+        }
+        // SAFETY: every element of `out` is written by the copy below before anything reads it.
+        let mut out = unsafe { self.device.alloc_uninit(l.shape(), self.dtype())? };
+        self.copy_strided_src(&mut out, 0, l)?;
+        let out_l = Layout::contiguous(l.shape());
+        let dev = self.device.clone();
+        with_dst_src!(&mut out.slice, &src.slice, op, |d, s| with_ids!(
+            &ids.slice,
+            op,
+            |i| scatter_like_buf(
+                &dev,
+                op,
+                ScatterKind::IndexAdd,
+                (d, &out_l),
+                (i, ids_l),
+                (s, src_l),
+                dim
+            )
+        ))?;
+        Ok(out)
     }
 
     fn matmul(

@@ -2194,7 +2194,6 @@ fn unimplemented_ops_return_typed_errors_naming_op_and_dtype() {
     let l = Layout::contiguous((2, 3));
     for dtype in [DType::F32, DType::BF16, DType::I64] {
         let a = dev.zeros_impl(&Shape::from((2, 3)), dtype).unwrap();
-        let ids = dev.zeros_impl(&Shape::from((2, 3)), DType::U32).unwrap();
         let check = |op: &str, r: candle_core::Result<()>| {
             let e = r.expect_err(op);
             let t = typed(&e);
@@ -2202,38 +2201,7 @@ fn unimplemented_ops_return_typed_errors_naming_op_and_dtype() {
             let s = e.to_string();
             assert!(s.contains(op) && s.contains(dtype.as_str()), "{op}: {s}");
         };
-        let l4 = Layout::contiguous((1, 1, 2, 3));
         check("matmul", a.matmul(&a, (1, 2, 2, 3), &l, &l).map(drop));
-        check("avg_pool2d", a.avg_pool2d(&l4, (1, 1), (1, 1)).map(drop));
-        check("max_pool2d", a.max_pool2d(&l4, (1, 1), (1, 1)).map(drop));
-        check("upsample_nearest1d", a.upsample_nearest1d(&l, 4).map(drop));
-        check(
-            "upsample_nearest2d",
-            a.upsample_nearest2d(&l4, 4, 6).map(drop),
-        );
-        check(
-            "upsample_bilinear2d",
-            a.upsample_bilinear2d(&l4, 4, 6, false, None, None)
-                .map(drop),
-        );
-        check("gather", a.gather(&l, &ids, &l, 1).map(drop));
-        check("index_select", a.index_select(&ids, &l, &l, 1).map(drop));
-        check("index_add", a.index_add(&l, &ids, &l, &a, &l, 1).map(drop));
-        let mut m = dev.zeros_impl(&Shape::from((2, 3)), dtype).unwrap();
-        check("scatter_set", m.scatter_set(&l, &ids, &l, &a, &l, 1));
-        check(
-            "scatter_add_set",
-            m.scatter_add_set(&l, &ids, &l, &a, &l, 1),
-        );
-        let s = Shape::from((2, 3));
-        check(
-            "rand_uniform",
-            dev.rand_uniform(&s, dtype, 0.0, 1.0).map(drop),
-        );
-        check(
-            "rand_normal",
-            dev.rand_normal(&s, dtype, 0.0, 1.0).map(drop),
-        );
     }
 }
 
@@ -2622,7 +2590,10 @@ fn custom_kernel_on_storage_buffers() {
     for (i, (g, x)) in got.iter().zip(&data).enumerate() {
         // affine may fuse x * 3 + 0.5 into one rounding: compare to within an ulp or two.
         let want = (x * 3.0 + 0.5).clamp(-10.0, 20.0) - 1.0;
-        assert!((g - want).abs() <= 2e-6 * want.abs().max(1.0), "element {i}: {g} vs {want}");
+        assert!(
+            (g - want).abs() <= 2e-6 * want.abs().max(1.0),
+            "element {i}: {g} vs {want}"
+        );
     }
     // A buffer allocated on another stream cannot be wrapped.
     let other = device.hip_device().create_stream().unwrap();
@@ -2799,4 +2770,244 @@ fn fused_references_agree_with_candle_tensor_ops_on_the_cpu() {
         rope_ref(RopeKind::Thd, &xs, &cv, &sv, [bs, t, h, d]),
         &thd,
     );
+}
+
+fn host<T: WithDType>(s: &RocmStorage) -> Vec<T> {
+    s.to_cpu_storage()
+        .unwrap()
+        .as_slice::<T>()
+        .unwrap()
+        .to_vec()
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn indexing_ops_match_cpu_for_u32_and_i64_ids() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let cpu = CpuDevice;
+    let src: Vec<f32> = (0..12).map(|x| x as f32).collect();
+    let l = Layout::contiguous((3, 4));
+    let (g, c) = (
+        dev.storage_from_slice(&src).unwrap(),
+        cpu.storage_from_slice(&src).unwrap(),
+    );
+    // ids as u32 and as i64 (the same values).
+    let sel = [2u32, 0, 1, 2];
+    let gat = [0u32, 2, 1, 0, 1, 1, 2, 0, 0, 0, 2, 2];
+    for wide in [false, true] {
+        let up = |v: &[u32]| -> (RocmStorage, CpuStorage) {
+            if wide {
+                let w: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+                (
+                    dev.storage_from_slice(&w).unwrap(),
+                    cpu.storage_from_slice(&w).unwrap(),
+                )
+            } else {
+                (
+                    dev.storage_from_slice(v).unwrap(),
+                    cpu.storage_from_slice(v).unwrap(),
+                )
+            }
+        };
+        // index_select along dim 0 and dim 1.
+        let (gi, ci) = up(&sel);
+        let il = Layout::contiguous(4);
+        for dim in [0, 1] {
+            // dim 0 has size 3: the last three ids, through an offset view.
+            let ids_l = if dim == 0 {
+                Layout::contiguous_with_offset(3, 1)
+            } else {
+                il.clone()
+            };
+            let r = g.index_select(&gi, &l, &ids_l, dim).unwrap();
+            let e = c.index_select(&ci, &l, &ids_l, dim).unwrap();
+            assert_eq!(
+                host::<f32>(&r),
+                e.as_slice::<f32>().unwrap(),
+                "index_select {dim}"
+            );
+        }
+        // gather along dim 0 (ids the source's shape).
+        let (gg, cg) = up(&gat);
+        let r = g.gather(&l, &gg, &l, 0).unwrap();
+        let e = c.gather(&l, &cg, &l, 0).unwrap();
+        assert_eq!(host::<f32>(&r), e.as_slice::<f32>().unwrap(), "gather");
+        // scatter_set / scatter_add_set along dim 1 with a permutation per row (no repeats).
+        let perm = [3u32, 0, 2, 1, 1, 2, 0, 3, 0, 1, 2, 3];
+        let (gp, cp) = up(&perm);
+        let upd: Vec<f32> = (0..12).map(|x| 100.0 + x as f32).collect();
+        let (gu, cu) = (
+            dev.storage_from_slice(&upd).unwrap(),
+            cpu.storage_from_slice(&upd).unwrap(),
+        );
+        let mut gd = g.try_clone(&l).unwrap();
+        let mut cd = c.try_clone(&l).unwrap();
+        gd.scatter_set(&l, &gp, &l, &gu, &l, 1).unwrap();
+        cd.scatter_set(&l, &cp, &l, &cu, &l, 1).unwrap();
+        assert_eq!(
+            host::<f32>(&gd),
+            cd.as_slice::<f32>().unwrap(),
+            "scatter_set"
+        );
+        gd.scatter_add_set(&l, &gp, &l, &gu, &l, 1).unwrap();
+        cd.scatter_add_set(&l, &cp, &l, &cu, &l, 1).unwrap();
+        assert_eq!(
+            host::<f32>(&gd),
+            cd.as_slice::<f32>().unwrap(),
+            "scatter_add_set"
+        );
+        // index_add along dim 0 with a repeated index (exact in f32 for these small integers).
+        let rows = [2u32, 0, 2];
+        let (gr, cr) = up(&rows);
+        let rl = Layout::contiguous(3);
+        let r = g.index_add(&l, &gr, &rl, &gu, &l, 0).unwrap();
+        let e = c.index_add(&l, &cr, &rl, &cu, &l, 0).unwrap();
+        assert_eq!(host::<f32>(&r), e.as_slice::<f32>().unwrap(), "index_add");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn out_of_range_index_is_a_typed_error_at_the_host_read() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let src = dev.storage_from_slice(&[1f32, 2., 3., 4., 5., 6.]).unwrap();
+    let ids = dev.storage_from_slice(&[0u32, 7]).unwrap();
+    let l = Layout::contiguous((3, 2));
+    let r = src
+        .index_select(&ids, &l, &Layout::contiguous(2), 0)
+        .unwrap();
+    let e = r.to_cpu_storage().unwrap_err();
+    match e.bt_free() {
+        candle_core::Error::InvalidIndex { op, index, size } => {
+            assert_eq!((*op, *index, *size), ("index_select", 7, 3), "{e}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Reported once: the next op and read work.
+    let ok = dev.storage_from_slice(&[0u32, 2]).unwrap();
+    let r = src
+        .index_select(&ok, &l, &Layout::contiguous(2), 0)
+        .unwrap();
+    assert_eq!(host::<f32>(&r), [1., 2., 5., 6.]);
+    dev.synchronize().unwrap();
+}
+
+trait BtFree {
+    fn bt_free(&self) -> &candle_core::Error;
+}
+
+impl BtFree for candle_core::Error {
+    fn bt_free(&self) -> &candle_core::Error {
+        match self {
+            candle_core::Error::WithBacktrace { inner, .. } => inner.bt_free(),
+            e => e,
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn pooling_and_upsampling_match_cpu() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let cpu = CpuDevice;
+    let src: Vec<f32> = (0..2 * 3 * 5 * 6)
+        .map(|x| ((x * 7) % 11) as f32 - 5.0)
+        .collect();
+    let l = Layout::contiguous((2, 3, 5, 6));
+    let g = dev.storage_from_slice(&src).unwrap();
+    let c = cpu.storage_from_slice(&src).unwrap();
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "{what}: {x} vs {y}"
+            );
+        }
+    };
+    for (k, s) in [((2, 2), (2, 2)), ((3, 2), (1, 2)), ((1, 1), (1, 1))] {
+        let r = g.avg_pool2d(&l, k, s).unwrap();
+        let e = c.avg_pool2d(&l, k, s).unwrap();
+        close(&host::<f32>(&r), e.as_slice().unwrap(), "avg_pool2d");
+        let r = g.max_pool2d(&l, k, s).unwrap();
+        let e = c.max_pool2d(&l, k, s).unwrap();
+        close(&host::<f32>(&r), e.as_slice().unwrap(), "max_pool2d");
+    }
+    let l3 = Layout::contiguous((6, 5, 6));
+    let r = g.upsample_nearest1d(&l3, 13).unwrap();
+    let e = c.upsample_nearest1d(&l3, 13).unwrap();
+    close(
+        &host::<f32>(&r),
+        e.as_slice().unwrap(),
+        "upsample_nearest1d",
+    );
+    let r = g.upsample_nearest2d(&l, 11, 9).unwrap();
+    let e = c.upsample_nearest2d(&l, 11, 9).unwrap();
+    close(
+        &host::<f32>(&r),
+        e.as_slice().unwrap(),
+        "upsample_nearest2d",
+    );
+    for align in [false, true] {
+        let r = g.upsample_bilinear2d(&l, 9, 13, align, None, None).unwrap();
+        let e = c.upsample_bilinear2d(&l, 9, 13, align, None, None).unwrap();
+        close(
+            &host::<f32>(&r),
+            e.as_slice().unwrap(),
+            "upsample_bilinear2d",
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn random_numbers_have_the_right_moments_and_follow_the_seed() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let n = 1_000_000;
+    let shape = Shape::from(n);
+    dev.set_seed(42).unwrap();
+    let u = host::<f32>(&dev.rand_uniform(&shape, DType::F32, -1.0, 3.0).unwrap());
+    let z = host::<f32>(&dev.rand_normal(&shape, DType::F32, 2.0, 0.5).unwrap());
+    let moments = |v: &[f32]| {
+        let m = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|&x| (x as f64 - m).powi(2)).sum::<f64>() / v.len() as f64;
+        (m, var)
+    };
+    assert!(u.iter().all(|&x| (-1.0..3.0).contains(&x)));
+    let (m, var) = moments(&u);
+    assert!(
+        (m - 1.0).abs() < 0.01 && (var - 16.0 / 12.0).abs() < 0.01,
+        "{m} {var}"
+    );
+    let (m, var) = moments(&z);
+    assert!(
+        (m - 2.0).abs() < 0.005 && (var - 0.25).abs() < 0.005,
+        "{m} {var}"
+    );
+    // Same seed: the same sequence; the next call: fresh numbers; another seed: different.
+    dev.set_seed(42).unwrap();
+    let u2 = host::<f32>(&dev.rand_uniform(&shape, DType::F32, -1.0, 3.0).unwrap());
+    assert_eq!(u, u2);
+    let u3 = host::<f32>(&dev.rand_uniform(&shape, DType::F32, -1.0, 3.0).unwrap());
+    assert_ne!(u, u3);
+    dev.set_seed(43).unwrap();
+    let u4 = host::<f32>(&dev.rand_uniform(&shape, DType::F32, -1.0, 3.0).unwrap());
+    assert_ne!(u, u4);
+    // Integer dtypes: a typed error naming the op.
+    let e = dev.rand_uniform(&shape, DType::U32, 0.0, 1.0).unwrap_err();
+    assert!(matches!(typed(&e), RocmError::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("rand_uniform"), "{e}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn arg_sort_last_dim_sorts_rows() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let v = [3f32, 1., 2., -1., 9., 0., 5., 4.];
+    let s = dev.storage_from_slice(&v).unwrap();
+    let l = Layout::contiguous((2, 4));
+    let asc = host::<u32>(&s.arg_sort_last_dim(&l, true).unwrap());
+    assert_eq!(asc, [3, 1, 2, 0, 1, 3, 2, 0]);
+    let desc = host::<u32>(&s.arg_sort_last_dim(&l, false).unwrap());
+    assert_eq!(desc, [0, 2, 1, 3, 0, 2, 3, 1]);
 }
