@@ -2,9 +2,9 @@
 //!
 //! * the table of kernel modules from `kernels/*.hip` (and `kernels/prelude.h`), so that adding
 //!   a module is adding a file (`kernel_sources.rs`);
-//! * with the `aot` feature, the table of committed ahead-of-time bundles `bundles/*.hipfb`,
-//!   each embedded with `include_bytes!` together with the source hash `bundles/manifest.txt`
-//!   records for it (`kernel_bundles.rs`); without it, an empty table.
+//! * with the `aot` feature, the table of committed ahead-of-time bundles `bundles/*.hipfb.gz`
+//!   (gzip-compressed), each embedded with `include_bytes!` together with the source hash
+//!   `bundles/manifest.txt` records for it (`kernel_bundles.rs`); without it, an empty table.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -14,16 +14,15 @@ use std::path::Path;
 #[path = "src/bundle.rs"]
 mod bundle;
 
-/// The file stems of `dir/*.<ext>`, sorted.
-fn stems(dir: &Path, ext: &str) -> Vec<String> {
+/// The names `NAME` of the files `dir/NAME<suffix>` (`suffix` e.g. `.hip`), sorted.
+fn stems(dir: &Path, suffix: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .filter_map(|e| {
-                    let p = e.path();
-                    (p.extension().and_then(|x| x.to_str()) == Some(ext))
-                        .then(|| p.file_stem()?.to_str().map(str::to_string))
-                        .flatten()
+                    let file = e.file_name().into_string().ok()?;
+                    let stem = file.strip_suffix(suffix)?;
+                    (!stem.is_empty()).then(|| stem.to_string())
                 })
                 .collect()
         })
@@ -40,7 +39,7 @@ fn main() {
     // Kernel sources.
     let dir = root.join("kernels");
     println!("cargo:rerun-if-changed={}", dir.display());
-    let names = stems(&dir, "hip");
+    let names = stems(&dir, ".hip");
     let mut out = String::from("/// Every kernel module: (name, HIP source without the prelude).\npub const MODULE_SOURCES: &[(&str, &str)] = &[\n");
     for n in &names {
         println!(
@@ -63,7 +62,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", manifest_path.display());
     let mut entries = Vec::new();
     if std::env::var_os("CARGO_FEATURE_AOT").is_some() {
-        let bundles = stems(&bdir, "hipfb");
+        let bundles = stems(&bdir, ".hipfb.gz");
         let manifest = match std::fs::read_to_string(&manifest_path) {
             Ok(text) => match bundle::Manifest::parse(&text) {
                 Ok(m) => Some(m),
@@ -78,7 +77,7 @@ fn main() {
             Err(_) if bundles.is_empty() => None,
             Err(e) => {
                 println!(
-                    "cargo:warning=rocm-kernels: bundles/*.hipfb without a readable {}: {e}; none embedded",
+                    "cargo:warning=rocm-kernels: bundles/*.hipfb.gz without a readable {}: {e}; none embedded",
                     manifest_path.display()
                 );
                 None
@@ -88,29 +87,21 @@ fn main() {
             for n in &bundles {
                 match manifest.module(n) {
                     Some(rec) => {
-                        println!("cargo:rerun-if-changed={}", bdir.join(format!("{n}.hipfb")).display());
+                        println!("cargo:rerun-if-changed={}", bdir.join(format!("{n}.hipfb.gz")).display());
                         entries.push((n.clone(), rec.source_sha256.clone()));
                     }
                     None => println!(
-                        "cargo:warning=rocm-kernels: bundles/{n}.hipfb is not in the manifest; not embedded"
+                        "cargo:warning=rocm-kernels: bundles/{n}.hipfb.gz is not in the manifest; not embedded"
                     ),
                 }
             }
         }
     }
     let mut out = String::new();
-    if !entries.is_empty() {
-        out.push_str(
-            "/// A page-aligned wrapper, so that embedded bundles (whose entries sit at 4096-aligned\n\
-             /// offsets) hand out aligned code objects.\n\
-             #[repr(C, align(4096))]\n\
-             struct Aligned<T: ?Sized>(T);\n\n",
-        );
-    }
     for (i, (n, _)) in entries.iter().enumerate() {
         writeln!(
             out,
-            "static BUNDLE_{i}: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/bundles/{n}.hipfb\")));"
+            "static BUNDLE_{i}: &[u8] = include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/bundles/{n}.hipfb.gz\"));"
         )
         .unwrap();
     }
@@ -121,7 +112,7 @@ fn main() {
     for (i, (n, hash)) in entries.iter().enumerate() {
         writeln!(
             out,
-            "    EmbeddedBundle {{ module: {n:?}, source_sha256: {hash:?}, bytes: &BUNDLE_{i}.0 }},"
+            "    EmbeddedBundle {{ module: {n:?}, source_sha256: {hash:?}, gz: BUNDLE_{i} }},"
         )
         .unwrap();
     }

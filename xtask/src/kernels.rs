@@ -3,8 +3,10 @@
 //! Every `crates/rocm-kernels/kernels/<name>.hip` is compiled (as its full source: the prelude, a
 //! `#line` directive, the module, exactly what the run-time loader hashes and JIT-compiles) by the
 //! ROCm toolchain's `hip-clang` for every target architecture into one uncompressed clang offload
-//! bundle, `crates/rocm-kernels/bundles/<name>.hipfb`, and recorded in
-//! `crates/rocm-kernels/bundles/manifest.txt` (source hash, flags, compiler, archs, bundle hash).
+//! bundle, committed gzip-compressed (best level, deterministic header) as
+//! `crates/rocm-kernels/bundles/<name>.hipfb.gz`, and recorded in
+//! `crates/rocm-kernels/bundles/manifest.txt` (source hash, flags, compiler, archs, size and hash
+//! of the uncompressed bundle).
 //! The per-kernel register, LDS and scratch usage of every code object is read back from its
 //! AMDGPU metadata note and printed; scratch (spills, stack) on the archs of [`WATCH_ARCHS`] is
 //! flagged.
@@ -661,6 +663,33 @@ fn print_report(r: &Report, table: bool) -> Vec<String> {
     flagged
 }
 
+/// `bytes` gzip-compressed at the best level. Deterministic: the header records no file name
+/// and an mtime of 0, so that the same bundle always gives the same `.hipfb.gz` bytes.
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::GzBuilder::new().mtime(0).write(
+        Vec::with_capacity(bytes.len() / 4 + 64),
+        flate2::Compression::best(),
+    );
+    enc.write_all(bytes).expect("writing into a Vec");
+    enc.finish().expect("writing into a Vec")
+}
+
+/// Decompresses a gzip stream (CRC and length checked).
+fn gunzip(gz: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("decompressing: {e}"))?;
+    Ok(out)
+}
+
+/// Reads and decompresses the committed `bundles/<name>.hipfb.gz` at `path`.
+fn read_gz(path: &Path) -> Result<Vec<u8>, String> {
+    let gz = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    gunzip(&gz).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Writes `bytes` to `path` through a temporary file and a rename, unless it already holds them.
 fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), String> {
     if std::fs::read(path).is_ok_and(|old| old == bytes) {
@@ -721,18 +750,29 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Err(_) => None,
     };
     let record_of = |name: &str| committed.as_ref().and_then(|m| m.module(name));
-    let bundle_path = |name: &str| bundles_dir.join(format!("{name}.hipfb"));
+    // Committed bundles are gzip-compressed; `<name>.hipfb` is the uncompressed form earlier
+    // versions committed, still accepted as up to date (then compressed) and removed.
+    let bundle_path = |name: &str| bundles_dir.join(format!("{name}.hipfb.gz"));
+    let legacy_path = |name: &str| bundles_dir.join(format!("{name}.hipfb"));
 
     // What to compile: everything with --check or --force, else what is not up to date.
     let up_to_date = |s: &Source| -> Option<Vec<u8>> {
         let rec = record_of(&s.name)?;
-        let bytes = std::fs::read(bundle_path(&s.name)).ok()?;
-        (rec.source_sha256 == s.sha256
-            && rec.flags == module_flags(&s.name)
-            && rec.compiler == tc.version
-            && rec.archs == archs
-            && rec.bundle_sha256 == sha256_hex(&bytes))
-        .then_some(bytes)
+        let fresh = |bytes: &[u8]| {
+            rec.source_sha256 == s.sha256
+                && rec.flags == module_flags(&s.name)
+                && rec.compiler == tc.version
+                && rec.archs == archs
+                && rec.bundle_size == bytes.len() as u64
+                && rec.bundle_sha256 == sha256_hex(bytes)
+        };
+        [
+            read_gz(&bundle_path(&s.name)).ok(),
+            std::fs::read(legacy_path(&s.name)).ok(),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|b| fresh(b))
     };
     let kept: Vec<Option<Vec<u8>>> = sources
         .iter()
@@ -836,7 +876,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 &mut notes,
             );
         } else {
-            write_if_changed(&bundle_path(&s.name), &bytes)?;
+            let gz = gzip(&bytes);
+            write_if_changed(&bundle_path(&s.name), &gz)?;
+            if std::fs::remove_file(legacy_path(&s.name)).is_ok() {
+                println!(
+                    "build-kernels: removed the uncompressed bundles/{}.hipfb (now bundles/{}.hipfb.gz)",
+                    s.name, s.name
+                );
+            }
             records.push(rec);
         }
     }
@@ -847,10 +894,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
                     .filter_map(|e| {
-                        let p = e.path();
-                        (p.extension().and_then(|x| x.to_str()) == Some("hipfb"))
-                            .then(|| p.file_stem()?.to_str().map(str::to_string))
-                            .flatten()
+                        let file = e.file_name().into_string().ok()?;
+                        let stem = file
+                            .strip_suffix(".hipfb.gz")
+                            .or_else(|| file.strip_suffix(".hipfb"))?;
+                        (!stem.is_empty()).then(|| stem.to_string())
                     })
                     .collect()
             })
@@ -863,6 +911,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         o.retain(|n| !sources.iter().any(|s| &s.name == n));
         o
     };
+    if opts.check {
+        for s in &sources {
+            if legacy_path(&s.name).exists() {
+                problems.push(format!(
+                    "{}: bundles/{}.hipfb is an uncompressed bundle; bundles are committed as bundles/{}.hipfb.gz",
+                    s.name, s.name, s.name
+                ));
+            }
+        }
+    }
     for o in &orphans {
         if opts.check {
             problems.push(format!(
@@ -870,7 +928,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             ));
         } else {
             let _ = std::fs::remove_file(bundle_path(o));
-            println!("build-kernels: removed bundles/{o}.hipfb (no kernels/{o}.hip)");
+            let _ = std::fs::remove_file(legacy_path(o));
+            println!("build-kernels: removed bundles/{o}.hipfb.gz (no kernels/{o}.hip)");
         }
     }
 
@@ -970,13 +1029,20 @@ fn check_committed(
         ));
         return;
     };
-    let Ok(bytes) = std::fs::read(path) else {
-        problems.push(format!("{name}: bundles/{name}.hipfb is missing"));
+    if !path.exists() {
+        problems.push(format!("{name}: bundles/{name}.hipfb.gz is missing"));
         return;
+    }
+    let bytes = match read_gz(path) {
+        Ok(b) => b,
+        Err(e) => {
+            problems.push(format!("{name}: bundles/{name}.hipfb.gz: {e}"));
+            return;
+        }
     };
     if rec.source_sha256 != now.source_sha256 {
         problems.push(format!(
-            "{name}: stale: bundles/{name}.hipfb was built from another source (manifest {}, current {})",
+            "{name}: stale: bundles/{name}.hipfb.gz was built from another source (manifest {}, current {})",
             &rec.source_sha256[..12.min(rec.source_sha256.len())],
             &now.source_sha256[..12]
         ));
@@ -1003,17 +1069,17 @@ fn check_committed(
     }
     if bytes.len() as u64 != rec.bundle_size || sha256_hex(&bytes) != rec.bundle_sha256 {
         problems.push(format!(
-            "{name}: bundles/{name}.hipfb is not the bundle its manifest record describes (size/hash differ)"
+            "{name}: bundles/{name}.hipfb.gz does not decompress to the bundle its manifest record describes (size/hash differ)"
         ));
     } else {
         match bundle::parse(&bytes) {
             Ok(b) if same_set(&b.targets(), &rec.archs) => {}
             Ok(b) => problems.push(format!(
-                "{name}: bundles/{name}.hipfb holds [{}], its record says [{}]",
+                "{name}: bundles/{name}.hipfb.gz holds [{}], its record says [{}]",
                 b.targets().join(" "),
                 rec.archs.join(" ")
             )),
-            Err(e) => problems.push(format!("{name}: bundles/{name}.hipfb: {e}")),
+            Err(e) => problems.push(format!("{name}: bundles/{name}.hipfb.gz: {e}")),
         }
     }
     if rec.compiler == now.compiler {
@@ -1111,6 +1177,28 @@ amdhsa.version:
         assert!(parse_options(&args(&["--arch", "gfx90a:"])).is_err());
         assert!(parse_options(&args(&["--jobs", "0"])).is_err());
         assert!(parse_options(&args(&["--bogus"])).is_err());
+    }
+
+    #[test]
+    fn gzip_round_trips_deterministically() {
+        // Something bundle-like: compressible runs and less compressible bytes.
+        let mut data = vec![0u8; 10_000];
+        data.extend((0..50_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+        data.extend(b"__CLANG_OFFLOAD_BUNDLE__".repeat(100));
+        for input in [&data[..], b"", b"x"] {
+            let gz = gzip(input);
+            assert_eq!(gunzip(&gz).unwrap(), input);
+            assert_eq!(gzip(input), gz, "same input, same bytes");
+            // gzip magic, deflate, no FNAME/FEXTRA/FCOMMENT flags, mtime 0.
+            assert_eq!(&gz[..4], &[0x1f, 0x8b, 8, 0]);
+            assert_eq!(&gz[4..8], &[0, 0, 0, 0]);
+        }
+        assert!(gzip(&data).len() < data.len());
+        let mut bad = gzip(&data);
+        let n = bad.len();
+        bad[n - 5] ^= 1; // the length trailer
+        assert!(gunzip(&bad).is_err());
+        assert!(gunzip(b"not gzip").is_err());
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! the bundle manifest.
 //!
 //! `cargo xtask build-kernels` compiles every `kernels/<name>.hip` module for several GPU
-//! architectures into one uncompressed clang offload bundle, `bundles/<name>.hipfb`, and records
-//! what it built in `bundles/manifest.txt`. At run time [`crate::modules`] picks the code object
-//! that matches the device out of the embedded bundle ([`Bundle::select`]).
+//! architectures into one uncompressed clang offload bundle, committed gzip-compressed as
+//! `bundles/<name>.hipfb.gz`, and records what it built in `bundles/manifest.txt` (whose sizes
+//! and hashes are of the uncompressed bundle). At run time [`crate::modules`] picks the code
+//! object that matches the device out of the embedded bundle ([`Bundle::select`]).
 //!
 //! This file depends on nothing but `std`: the xtask and this crate's build script include it
 //! (`#[path]`), so that the writer and the readers of bundles and manifests share one definition
@@ -373,7 +374,7 @@ pub const MANIFEST_FORMAT: u32 = 1;
 /// What one module's bundle was built from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ModuleRecord {
-    /// The module name (`kernels/<name>.hip`, `bundles/<name>.hipfb`).
+    /// The module name (`kernels/<name>.hip`, `bundles/<name>.hipfb.gz`).
     pub name: String,
     /// Hex SHA-256 of the module's [`full_source`].
     pub source_sha256: String,
@@ -383,9 +384,9 @@ pub struct ModuleRecord {
     pub compiler: String,
     /// The processors the bundle holds code objects for.
     pub archs: Vec<String>,
-    /// The bundle's size in bytes.
+    /// The (uncompressed) bundle's size in bytes.
     pub bundle_size: u64,
-    /// Hex SHA-256 of the bundle file.
+    /// Hex SHA-256 of the uncompressed bundle (not of the committed `.hipfb.gz`).
     pub bundle_sha256: String,
 }
 

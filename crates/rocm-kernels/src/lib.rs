@@ -7,7 +7,7 @@
 //! * [`layout`]: `SlicePtrOrNull` layout info (dims + per-operand strides, or null when every
 //!   operand is contiguous).
 //! * [`modules`]: loading a module onto a device: on AMD the matching code object from the
-//!   committed multi-arch bundle (`bundles/*.hipfb`, built by `cargo xtask build-kernels`,
+//!   committed multi-arch bundle (`bundles/*.hipfb.gz`, built by `cargo xtask build-kernels`,
 //!   embedded with the default `aot` feature) when it is fresh for the source; otherwise (NVIDIA,
 //!   an uncovered architecture, a stale bundle, `ROCM_KERNELS_JIT=1`) run-time compilation
 //!   through hip-core's disk cache.

@@ -6,7 +6,8 @@
 //! Loading ([`module`]):
 //!
 //! * on `amd`, when the library embeds a bundle for the module (`aot` feature, on by default;
-//!   the bundles are committed, built by `cargo xtask build-kernels`), the manifest's hash of the
+//!   the bundles are committed gzip-compressed, `bundles/<name>.hipfb.gz`, built by
+//!   `cargo xtask build-kernels`, and decompressed once, on first use), the manifest's hash of the
 //!   source it was built from equals the hash of the current full source, and the bundle holds a
 //!   code object for the device's `gcnArchName` (target features honoured, see
 //!   [`crate::bundle::Bundle::select`]): that code object is loaded, no compiler involved;
@@ -37,8 +38,43 @@ pub struct EmbeddedBundle {
     pub module: &'static str,
     /// The hex SHA-256 of the full source the bundle was built from (from the manifest).
     pub source_sha256: &'static str,
-    /// The clang offload bundle.
-    pub bytes: &'static [u8],
+    /// The clang offload bundle, gzip-compressed (`bundles/<name>.hipfb.gz`); see
+    /// [`EmbeddedBundle::bytes`] for the bundle itself.
+    pub gz: &'static [u8],
+}
+
+impl EmbeddedBundle {
+    /// The (uncompressed) clang offload bundle: decompressed on the first call, then cached for
+    /// the process. An error if the embedded stream is not valid gzip.
+    pub fn bytes(&self) -> std::result::Result<&'static [u8], String> {
+        static CACHE: OnceLock<Mutex<HashMap<&'static str, &'static [u8]>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        // Held while decompressing, so that each bundle is decompressed once.
+        let mut cache = cache.lock();
+        if let Some(bytes) = cache.get(self.module) {
+            return Ok(bytes);
+        }
+        let bytes: &'static [u8] = gunzip(self.gz)?.leak();
+        cache.insert(self.module, bytes);
+        Ok(bytes)
+    }
+}
+
+/// Decompresses a gzip stream (one member, CRC and length checked).
+#[cfg(any(feature = "aot", test))]
+fn gunzip(gz: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("decompressing: {e}"))?;
+    Ok(out)
+}
+
+/// Without the `aot` feature no bundle is embedded, so there is nothing to decompress.
+#[cfg(not(any(feature = "aot", test)))]
+fn gunzip(_gz: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    Err("built without the `aot` feature (no gzip decoder)".into())
 }
 
 include!(concat!(env!("OUT_DIR"), "/kernel_bundles.rs"));
@@ -160,8 +196,10 @@ pub fn aot_code_object(
             current,
         });
     }
-    let parsed =
-        bundle::parse(embedded.bytes).map_err(|e| JitReason::BadBundle(format!("{name}: {e}")))?;
+    let bytes = embedded
+        .bytes()
+        .map_err(|e| JitReason::BadBundle(format!("{name}: {e}")))?;
+    let parsed = bundle::parse(bytes).map_err(|e| JitReason::BadBundle(format!("{name}: {e}")))?;
     let (target, entry) =
         parsed
             .select(device_arch)
@@ -339,8 +377,9 @@ mod tests {
         }
         for b in AOT_BUNDLES {
             assert_eq!(b.source_sha256.len(), 64, "{}", b.module);
-            // Page-aligned, so that code objects (at 4096-aligned offsets) are aligned too.
-            assert_eq!(b.bytes.as_ptr() as usize % 4096, 0, "{}", b.module);
+            // Decompressed once, then cached.
+            let bytes = b.bytes().unwrap_or_else(|e| panic!("{}: {e}", b.module));
+            assert!(std::ptr::eq(bytes, b.bytes().unwrap()), "{}", b.module);
         }
     }
 
@@ -361,8 +400,10 @@ mod tests {
             );
         }
         for rec in &manifest.modules {
-            let bytes = std::fs::read(format!("{dir}/{}.hipfb", rec.name))
-                .unwrap_or_else(|e| panic!("bundles/{}.hipfb: {e}", rec.name));
+            let gz = std::fs::read(format!("{dir}/{}.hipfb.gz", rec.name))
+                .unwrap_or_else(|e| panic!("bundles/{}.hipfb.gz: {e}", rec.name));
+            let bytes =
+                gunzip(&gz).unwrap_or_else(|e| panic!("bundles/{}.hipfb.gz: {e}", rec.name));
             assert_eq!(bytes.len() as u64, rec.bundle_size, "{}", rec.name);
             assert_eq!(
                 hex(&Sha256::digest(&bytes)),
@@ -392,7 +433,8 @@ mod tests {
             // What the library embeds is this bundle, with this record's hash.
             if cfg!(feature = "aot") {
                 let emb = embedded_bundle(&rec.name).expect("embedded");
-                assert_eq!(emb.bytes, &bytes[..]);
+                assert_eq!(emb.gz, &gz[..]);
+                assert_eq!(emb.bytes().unwrap(), &bytes[..]);
                 assert_eq!(emb.source_sha256, rec.source_sha256);
             }
         }
@@ -433,5 +475,33 @@ mod tests {
             aot_code_object("no-such-module", "gfx942"),
             Err(JitReason::NotEmbedded)
         );
+    }
+
+    #[test]
+    fn a_corrupt_embedded_bundle_is_an_error_not_a_panic() {
+        for gz in [
+            &b""[..],
+            b"not gzip at all",
+            b"\x1f\x8b\x08\x00\x00\x00\x00\x00",
+        ] {
+            let bad = EmbeddedBundle {
+                module: "corrupt-test-bundle",
+                source_sha256: "",
+                gz,
+            };
+            assert!(bad.bytes().is_err(), "{gz:?}");
+        }
+        // A valid stream whose CRC does not match.
+        let mut gz = Vec::new();
+        {
+            use std::io::Write as _;
+            let mut enc = flate2::write::GzEncoder::new(&mut gz, flate2::Compression::best());
+            enc.write_all(b"hello bundle").unwrap();
+            enc.finish().unwrap();
+        }
+        assert_eq!(gunzip(&gz).unwrap(), b"hello bundle");
+        let n = gz.len();
+        gz[n - 8] ^= 0xff;
+        assert!(gunzip(&gz).is_err());
     }
 }

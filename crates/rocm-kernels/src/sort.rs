@@ -6,7 +6,7 @@
 //! power of two of `ncols` held in shared memory (indices and values), so `ncols` is limited by
 //! the shared memory one block may use: [`max_cols`] (4096 for 4- and 8-byte types, 8192 for 1-
 //! and 2-byte ones with the 48 KiB budget every supported GPU offers); longer rows are
-//! [`Error::Unsupported`].
+//! [`Error::Unsupported`](crate::Error::Unsupported).
 //!
 //! ## Order
 //! Candle's CPU backend sorts with Rust's stable `sort_by` and `partial_cmp`: equal values keep
