@@ -274,14 +274,14 @@ impl<'a, T: KernelDType> Strided<'a, T> {
 // Validation and launch plumbing
 // ------------------------------------------------------------------------------------------
 
-fn layout_err(op: &str, reason: impl Into<String>) -> Error {
+pub(crate) fn layout_err(op: &str, reason: impl Into<String>) -> Error {
     Error::Layout {
         op: op.to_string(),
         reason: reason.into(),
     }
 }
 
-fn unsupported(op: &str, dtype: &str, reason: impl Into<String>) -> Error {
+pub(crate) fn unsupported(op: &str, dtype: &str, reason: impl Into<String>) -> Error {
     Error::Unsupported {
         op: op.to_string(),
         dtype: dtype.to_string(),
@@ -290,7 +290,7 @@ fn unsupported(op: &str, dtype: &str, reason: impl Into<String>) -> Error {
 }
 
 /// The element count of `dims`, or an error when it overflows `usize`.
-fn numel(op: &str, dims: &[usize]) -> Result<usize> {
+pub(crate) fn numel(op: &str, dims: &[usize]) -> Result<usize> {
     dims.iter().try_fold(1usize, |acc, &d| {
         acc.checked_mul(d)
             .ok_or_else(|| layout_err(op, format!("the shape {dims:?} overflows usize")))
@@ -298,7 +298,7 @@ fn numel(op: &str, dims: &[usize]) -> Result<usize> {
 }
 
 /// Checks that an operand with `strides` over `dims` stays inside a view of `len` elements.
-fn check_operand(
+pub(crate) fn check_operand(
     op: &str,
     what: &str,
     dims: &[usize],
@@ -355,7 +355,7 @@ fn check_dst(op: &str, numel: usize, dst_len: usize) -> Result<()> {
 /// A 1-D grid-stride launch for `n` elements: `BLOCK_SIZE` threads per block, enough blocks
 /// for `n` elements but at most `BLOCKS_PER_MULTIPROCESSOR` per multiprocessor (the kernels
 /// loop), so that the total thread count stays far below 2^31.
-fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
+pub(crate) fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
     let device = stream.device();
     let sms = match device.properties().multiprocessor_count {
         0 => 64,
@@ -370,7 +370,7 @@ fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
     }
 }
 
-fn function(stream: &Stream, module: &str, kernel: &str) -> Result<Function> {
+pub(crate) fn function(stream: &Stream, module: &str, kernel: &str) -> Result<Function> {
     crate::modules::function(&stream.device(), module, kernel)
 }
 
@@ -387,7 +387,7 @@ fn device_info(
 }
 
 /// The `info` kernel argument: the device buffer, or a null pointer.
-struct InfoArg<'a>(Option<&'a DeviceBuffer<u64>>);
+pub(crate) struct InfoArg<'a>(pub(crate) Option<&'a DeviceBuffer<u64>>);
 
 impl KernelArg for InfoArg<'_> {
     fn push_arg(&self, args: &mut KernelArgs, stream: &Stream) -> hip_core::Result<()> {

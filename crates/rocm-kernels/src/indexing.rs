@@ -34,22 +34,18 @@
 //! * `scatter_add`/`index_add` accumulate with atomics: integer sums wrap; float sums are
 //!   rounded in an unspecified order (f16/bf16 after every addition, like the CPU backend).
 
-use hip_core::{
-    DeviceBuffer, DeviceSliceMut, Function, KernelArg, KernelArgs, LaunchConfig, Stream,
-};
+use hip_core::{DeviceBuffer, DeviceSliceMut, KernelArg, KernelArgs, Stream};
 use parking_lot::Mutex;
 
 use crate::dtype::KernelDType;
-use crate::elementwise::Strided;
+use crate::elementwise::{
+    check_operand, function, launch_config, layout_err, numel, unsupported, InfoArg, Strided,
+};
 use crate::error::{Error, Result};
 use crate::layout::is_contiguous;
 
 /// The kernel module.
 const MODULE: &str = "indexing";
-/// Threads per block.
-const BLOCK_SIZE: u32 = 256;
-/// Grid-stride launches use at most this many blocks per multiprocessor.
-const BLOCKS_PER_MULTIPROCESSOR: usize = 16;
 /// Words in the device-side error record (see [`IndexErrorFlag`]).
 const FLAG_WORDS: usize = 8;
 
@@ -235,104 +231,7 @@ impl KernelArg for FlagArg<'_> {
 // Validation and launch plumbing (shared with the `sort` wrappers)
 // ------------------------------------------------------------------------------------------
 
-pub(crate) fn layout_err(op: &str, reason: impl Into<String>) -> Error {
-    Error::Layout {
-        op: op.to_string(),
-        reason: reason.into(),
-    }
-}
-
-pub(crate) fn unsupported(op: &str, dtype: &str, reason: impl Into<String>) -> Error {
-    Error::Unsupported {
-        op: op.to_string(),
-        dtype: dtype.to_string(),
-        reason: reason.into(),
-    }
-}
-
-/// The element count of `dims`, or an error when it overflows `usize`.
-pub(crate) fn numel(op: &str, dims: &[usize]) -> Result<usize> {
-    dims.iter().try_fold(1usize, |acc, &d| {
-        acc.checked_mul(d)
-            .ok_or_else(|| layout_err(op, format!("the shape {dims:?} overflows usize")))
-    })
-}
-
-/// Checks that an operand with `strides` over `dims` stays inside a view of `len` elements.
-pub(crate) fn check_operand(
-    op: &str,
-    what: &str,
-    dims: &[usize],
-    strides: &[usize],
-    len: usize,
-) -> Result<()> {
-    if strides.len() != dims.len() {
-        return Err(layout_err(
-            op,
-            format!(
-                "{what} has {} strides {strides:?} for {} dims {dims:?}",
-                strides.len(),
-                dims.len()
-            ),
-        ));
-    }
-    if dims.contains(&0) {
-        return Ok(());
-    }
-    let mut max_offset = 0usize;
-    for (&d, &s) in dims.iter().zip(strides) {
-        max_offset = (d - 1)
-            .checked_mul(s)
-            .and_then(|x| x.checked_add(max_offset))
-            .ok_or_else(|| {
-                layout_err(
-                    op,
-                    format!("{what}: strides {strides:?} over {dims:?} overflow usize"),
-                )
-            })?;
-    }
-    if max_offset >= len {
-        return Err(layout_err(
-            op,
-            format!(
-                "{what} reaches element {max_offset} with strides {strides:?} over {dims:?}, \
-                 but its view holds {len} elements"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A 1-D grid-stride launch for `n` elements (as the element-wise wrappers).
-fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
-    let sms = match stream.device().properties().multiprocessor_count {
-        0 => 64,
-        n => n as usize,
-    };
-    let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
-    let blocks = n.div_ceil(BLOCK_SIZE as usize).clamp(1, max_blocks) as u32;
-    LaunchConfig {
-        grid: [blocks, 1, 1],
-        block: [BLOCK_SIZE, 1, 1],
-        shared_mem_bytes: 0,
-    }
-}
-
-pub(crate) fn function(stream: &Stream, module: &str, kernel: &str) -> Result<Function> {
-    crate::modules::function(&stream.device(), module, kernel)
-}
-
-/// The `info` kernel argument: the device buffer, or a null pointer.
-struct InfoArg<'a>(Option<&'a DeviceBuffer<u64>>);
-
-impl KernelArg for InfoArg<'_> {
-    fn push_arg(&self, args: &mut KernelArgs, stream: &Stream) -> hip_core::Result<()> {
-        match self.0 {
-            Some(buf) => KernelArg::push_arg(&buf, args, stream),
-            None => hip_core::NullPtr.push_arg(args, stream),
-        }
-    }
-}
+// The helpers themselves live in `elementwise` (one copy for every family).
 
 fn check_ids_dtype<I: KernelDType>(op: &str) -> Result<()> {
     if I::IS_FLOAT {

@@ -19,8 +19,8 @@
 use hip_core::{DeviceSlice, DeviceSliceMut, LaunchConfig, Stream};
 
 use crate::dtype::KernelDType;
+use crate::elementwise::{function, layout_err, unsupported};
 use crate::error::Result;
-use crate::indexing::{function, layout_err, unsupported};
 
 /// The kernel module.
 const MODULE: &str = "sort";
