@@ -27,6 +27,7 @@
 use hip_core::{DeviceSlice, DeviceSliceMut, LaunchConfig, Stream};
 
 use crate::dtype::KernelDType;
+use crate::elementwise::layout_err;
 use crate::error::{Error, Result};
 
 /// Largest block of the row kernels.
@@ -35,13 +36,6 @@ const MAX_ROW_BLOCK: usize = 1024;
 const ROPE_BLOCK: u32 = 256;
 /// Rope launches use at most this many blocks per multiprocessor.
 const BLOCKS_PER_MULTIPROCESSOR: usize = 16;
-
-fn layout_err(op: &str, reason: impl Into<String>) -> Error {
-    Error::Layout {
-        op: op.to_string(),
-        reason: reason.into(),
-    }
-}
 
 fn float_only<T: KernelDType>(op: &str) -> Result<()> {
     if T::IS_FLOAT {

@@ -35,6 +35,7 @@
 use hip_core::{DeviceSliceMut, KernelArg, KernelArgs, LaunchConfig, Stream};
 
 use crate::dtype::KernelDType;
+use crate::elementwise::layout_err;
 use crate::elementwise::Strided;
 use crate::error::{Error, Result};
 
@@ -42,13 +43,6 @@ use crate::error::{Error, Result};
 const BLOCK_SIZE: u32 = 256;
 /// Grid-stride launches use at most this many blocks per multiprocessor.
 const BLOCKS_PER_MULTIPROCESSOR: usize = 16;
-
-fn layout_err(op: &str, reason: impl Into<String>) -> Error {
-    Error::Layout {
-        op: op.to_string(),
-        reason: reason.into(),
-    }
-}
 
 /// The element count of `dims`, or an error when it overflows `usize`.
 fn numel(op: &str, dims: &[usize]) -> Result<usize> {

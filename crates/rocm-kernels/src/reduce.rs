@@ -31,12 +31,11 @@
 //!   Over an empty reduced set they are an [`Error::Layout`] (Candle: `EmptyTensor`); at most
 //!   `u32::MAX - 1` reduced elements.
 
-use hip_core::{
-    DeviceBuffer, DeviceSliceMut, KernelArg, KernelArgs, LaunchConfig, NullPtr, Stream,
-};
+use hip_core::{DeviceSliceMut, LaunchConfig, Stream};
 
 use crate::dtype::KernelDType;
 use crate::elementwise::Strided;
+use crate::elementwise::{layout_err, InfoArg};
 use crate::error::{Error, Result};
 
 /// The reductions (module `reduce`, kernels `{name}_{dtype}` and `{name}_block_{dtype}`).
@@ -89,13 +88,6 @@ const MAX_REDUCE_BLOCK: usize = 256;
 const BLOCKS_PER_MULTIPROCESSOR: usize = 16;
 /// At least this many reduced elements before a block per output pays off.
 const MIN_BLOCK_REDUCE: usize = 32;
-
-fn layout_err(op: &str, reason: impl Into<String>) -> Error {
-    Error::Layout {
-        op: op.to_string(),
-        reason: reason.into(),
-    }
-}
 
 fn checked_numel(op: &str, dims: &[usize]) -> Result<usize> {
     dims.iter().try_fold(1usize, |acc, &d| {
@@ -285,18 +277,6 @@ fn plan(
         kept: canonical(pairs(false)),
         red: canonical(pairs(true)),
     }))
-}
-
-/// The `info` kernel argument: the device buffer, or a null pointer.
-struct InfoArg<'a>(Option<&'a DeviceBuffer<u64>>);
-
-impl KernelArg for InfoArg<'_> {
-    fn push_arg(&self, args: &mut KernelArgs, stream: &Stream) -> hip_core::Result<()> {
-        match self.0 {
-            Some(buf) => KernelArg::push_arg(&buf, args, stream),
-            None => NullPtr.push_arg(args, stream),
-        }
-    }
 }
 
 fn launch<T: KernelDType, D: KernelDType>(
