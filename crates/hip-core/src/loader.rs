@@ -76,6 +76,41 @@ impl LibrarySpec {
     }
 }
 
+/// How to fix a missing CUDA toolkit library (NVRTC, cuBLAS, cuDNN) on the `nvidia` platform.
+pub const CUDA_TOOLKIT_HINT: &str = "Install the CUDA toolkit (and cuDNN for convolutions), or point CUDA_PATH at an existing CUDA installation; on AMD GPUs set HIP_PLATFORM=amd";
+
+impl LibrarySpec {
+    /// A CUDA toolkit library (NVRTC, cuBLAS, cuDNN) searched in `lib64` of `$CUDA_PATH`,
+    /// `$CUDA_HOME` and `/usr/local/cuda`, the toolkit's target directory, the distribution's
+    /// library directory, then the loader path.
+    pub fn cuda_toolkit(description: &'static str, sonames: &'static [&'static str]) -> Self {
+        LibrarySpec {
+            description,
+            sonames,
+            dirs: cuda_lib_dirs(
+                std::env::var_os("CUDA_PATH").map(PathBuf::from),
+                std::env::var_os("CUDA_HOME").map(PathBuf::from),
+            ),
+            hint: CUDA_TOOLKIT_HINT,
+        }
+    }
+}
+
+/// The directories searched for CUDA toolkit libraries, given `$CUDA_PATH` and `$CUDA_HOME`.
+pub fn cuda_lib_dirs(cuda_path: Option<PathBuf>, cuda_home: Option<PathBuf>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let roots = [cuda_path, cuda_home, Some(PathBuf::from("/usr/local/cuda"))];
+    for root in roots.into_iter().flatten() {
+        let dir = root.join("lib64");
+        if !root.as_os_str().is_empty() && !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib"));
+    dirs.push(PathBuf::from("/usr/lib/x86_64-linux-gnu"));
+    dirs
+}
+
 /// The directories searched for ROCm libraries: `$ROCM_PATH/lib` (when set), `/opt/rocm/lib`.
 pub fn rocm_lib_dirs(rocm_path: Option<PathBuf>) -> Vec<PathBuf> {
     let mut dirs = Vec::new();

@@ -59,19 +59,10 @@ fn cuda_spec() -> LibrarySpec {
 /// Where `libnvrtc` is looked for: `lib64` of `$CUDA_PATH`, `$CUDA_HOME`, `/usr/local/cuda`,
 /// then the toolkit's target directory, then the loader path.
 fn nvrtc_spec(cuda_path: Option<PathBuf>, cuda_home: Option<PathBuf>) -> LibrarySpec {
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let roots = [cuda_path, cuda_home, Some(PathBuf::from("/usr/local/cuda"))];
-    for root in roots.into_iter().flatten() {
-        let dir = root.join("lib64");
-        if !root.as_os_str().is_empty() && !dirs.contains(&dir) {
-            dirs.push(dir);
-        }
-    }
-    dirs.push(PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib"));
     LibrarySpec {
         description: NVRTC_DESCRIPTION,
         sonames: &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
-        dirs,
+        dirs: crate::loader::cuda_lib_dirs(cuda_path, cuda_home),
         hint: CUDA_HINT,
     }
 }
@@ -746,7 +737,7 @@ mod tests {
         );
         // CUDA_HOME equal to the default is not searched twice.
         let spec = nvrtc_spec(None, Some(PathBuf::from("/usr/local/cuda")));
-        assert_eq!(spec.dirs.len(), 2);
+        assert_eq!(spec.dirs.len(), 3);
     }
 
     #[test]
