@@ -156,5 +156,105 @@ fn elementwise(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, elementwise);
+/// Row-wise kernels: reductions over the last dim of (4096, 8192) and softmax / rms_norm over
+/// (4096, 4096), f32. Bytes = input read + output written (+ alpha for rms_norm), each beside a
+/// copy of the same input size in the same group.
+fn rowwise(c: &mut Criterion) {
+    use rocm_kernels::{nn, reduce};
+    let d = match Device::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rocm-kernels benches need a GPU: {e}");
+            return;
+        }
+    };
+    let s = d.create_stream().unwrap();
+    let (rows, cols) = (4096usize, 8192usize);
+    let n = rows * cols;
+    let host: Vec<f32> = (0..n)
+        .map(|i| ((i * 7 % 1013) as f32) * 1e-3 - 0.5)
+        .collect();
+    let x = s.alloc_from_host(&host).unwrap();
+    let mut copy_out = s.alloc::<f32>(n).unwrap();
+    let mut red_out = s.alloc::<f32>(rows).unwrap();
+    let dims = [rows, cols];
+    let strides = [cols, 1usize];
+
+    let mut g = c.benchmark_group("reduce_4096x8192_f32");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes((n * 4 + rows * 4) as u64));
+    g.bench_function("reference_copy_f32", |b| {
+        b.iter_custom(|it| {
+            time_on_stream(d, &s, it, || {
+                copy_out
+                    .as_mut_slice()
+                    .copy_from_device(&x.as_slice())
+                    .unwrap()
+            })
+        })
+    });
+    for (name, op) in [
+        ("sum_last_dim", reduce::ReduceOp::Sum),
+        ("max_last_dim", reduce::ReduceOp::Max),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|it| {
+                time_on_stream(d, &s, it, || {
+                    reduce::reduce(
+                        &s,
+                        op,
+                        &dims,
+                        Strided::new(x.as_slice(), &strides),
+                        &[1],
+                        &mut red_out.as_mut_slice(),
+                    )
+                    .unwrap()
+                })
+            })
+        });
+    }
+    g.finish();
+
+    let (rows, cols) = (4096usize, 4096usize);
+    let n = rows * cols;
+    let xs = x.slice(0..n).unwrap();
+    let alpha = s.alloc_from_host(&vec![1.5f32; cols]).unwrap();
+    let mut out = s.alloc::<f32>(n).unwrap();
+    let mut g = c.benchmark_group("rowwise_4096x4096_f32");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes((2 * n * 4) as u64));
+    g.bench_function("reference_copy_f32", |b| {
+        b.iter_custom(|it| {
+            time_on_stream(d, &s, it, || {
+                out.as_mut_slice().copy_from_device(&xs).unwrap()
+            })
+        })
+    });
+    g.bench_function("softmax_last_dim", |b| {
+        b.iter_custom(|it| {
+            time_on_stream(d, &s, it, || {
+                nn::softmax_last_dim(&s, &xs, &mut out.as_mut_slice(), rows, cols).unwrap()
+            })
+        })
+    });
+    g.bench_function("rms_norm", |b| {
+        b.iter_custom(|it| {
+            time_on_stream(d, &s, it, || {
+                nn::rms_norm(
+                    &s,
+                    &xs,
+                    &alpha.as_slice(),
+                    &mut out.as_mut_slice(),
+                    rows,
+                    cols,
+                    1e-5,
+                )
+                .unwrap()
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, elementwise, rowwise);
 criterion_main!(benches);

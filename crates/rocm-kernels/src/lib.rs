@@ -15,10 +15,12 @@
 //! * [`elementwise`]: typed launch wrappers for the element-wise families (unary, affine,
 //!   binary/cmp, cast, where, fill/copy).
 //!
-//! The remaining families (reduce, nn, indexing, sort, pool/upsample, random) are being added
-//! under the kernels/backend issue.
+//! * [`reduce`], [`nn`] (softmax, rms_norm, layer_norm, rope), [`indexing`], [`sort`],
+//!   [`pool`] (pooling and upsampling), [`random`] (Philox), [`conv`] (im2col/col2im for the
+//!   GEMM-based convolution path): the other families.
 
 pub mod bundle;
+pub mod conv;
 pub mod dtype;
 pub mod elementwise;
 pub mod error;

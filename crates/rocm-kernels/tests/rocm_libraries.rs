@@ -1,0 +1,75 @@
+//! Tier 2: every kernel module JIT-compiles with the real hipRTC (ROCm 6.4) for one CDNA
+//! (gfx942) and one RDNA (gfx1100) architecture, on a machine without an AMD GPU, and defines
+//! exactly the kernels of the committed ahead-of-time bundle for that architecture.
+//!
+//! This is the path an AMD device takes when the bundles do not cover its architecture (or
+//! `ROCM_KERNELS_JIT=1`). `cargo xtask test` runs it with `--ignored` under the loader the
+//! Debian ROCm libraries need (`sid-run`), with `ROCM_PATH` pointing at the installed prefix
+//! (hipRTC needs its `include/` for the HIP headers... and finds its device libraries itself).
+
+use std::collections::BTreeSet;
+
+use object::read::elf::ElfFile64;
+use object::{Object, ObjectSymbol};
+use rocm_kernels::modules::{compile_options, full_source, MODULE_SOURCES};
+
+/// The kernel names (symbols with a `.kd` kernel descriptor) of an AMDGPU code object.
+fn kernels(image: &[u8], what: &str) -> BTreeSet<String> {
+    let file = ElfFile64::<object::Endianness>::parse(image)
+        .unwrap_or_else(|e| panic!("{what}: not a 64-bit ELF code object: {e}"));
+    file.symbols()
+        .filter_map(|s| {
+            s.name()
+                .ok()
+                .and_then(|n| n.strip_suffix(".kd"))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the ROCm libraries: run `cargo xtask test`"]
+fn every_module_jit_compiles_for_cdna_and_rdna_without_a_gpu() {
+    match hip_core::platform() {
+        Ok(hip_core::Platform::Amd) => {}
+        other => panic!(
+            "the AMD platform did not load ({other:?}); run under sid-run with ROCM_PATH set, \
+             or through `cargo xtask test`"
+        ),
+    }
+    // A private cache directory: every compilation below is a real one.
+    let cache = std::env::temp_dir().join(format!("rocm-kernels-tier2-{}", std::process::id()));
+    std::env::set_var("HIP_CORE_CACHE_DIR", &cache);
+    let mut total = 0;
+    for arch in ["gfx942", "gfx1100"] {
+        for (name, _) in MODULE_SOURCES {
+            let source = full_source(name).expect("module source");
+            let start = std::time::Instant::now();
+            let compiled = hip_core::rtc::compile(name, &source, arch, &compile_options())
+                .unwrap_or_else(|e| panic!("hipRTC failed on module `{name}` for {arch}: {e}"));
+            assert!(!compiled.from_cache, "{name} {arch}: came from the cache");
+            let jit = kernels(&compiled.image, &format!("{name} JIT {arch}"));
+            assert!(!jit.is_empty(), "{name} {arch}: no kernels");
+            // The committed bundle (when fresh) must define the same kernels.
+            match rocm_kernels::modules::aot_code_object(name, arch) {
+                Ok((target, aot)) => {
+                    let aot = kernels(aot, &format!("{name} AOT {target}"));
+                    assert_eq!(jit, aot, "{name} {arch}: JIT and AOT kernels differ");
+                }
+                Err(e) => panic!("{name} {arch}: no committed code object to compare with: {e}"),
+            }
+            println!(
+                "{name:>10} {arch:>8}: {:4} kernels, {:7} bytes, {:.1} s",
+                jit.len(),
+                compiled.image.len(),
+                start.elapsed().as_secs_f64()
+            );
+            total += jit.len();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+    println!(
+        "hipRTC compiled {} modules x 2 archs: {total} kernels",
+        MODULE_SOURCES.len()
+    );
+}
