@@ -72,3 +72,81 @@ RK_CAST_FROM(bf16, u8, u32, i16, i32, i64, f16, f32, f64)
 RK_CAST_FROM(f16, u8, u32, i16, i32, i64, bf16, f32, f64)
 RK_CAST_FROM(f32, u8, u32, i16, i32, i64, bf16, f16, f64)
 RK_CAST_FROM(f64, u8, u32, i16, i32, i64, bf16, f16, f32)
+
+// ---- f8e4m3 (OCP e4m3fn, Candle's `float8::F8E4M3`), stored as its byte ----
+// cast_{S}_f8e4m3(numel, num_dims, info, inp: S*, out: u8*) and
+// cast_f8e4m3_{D}(numel, num_dims, info, inp: u8*, out: D*), same ABI as above.
+// * to f8e4m3: integers go through f32 first (`v as f32`), f16/bf16 through f32, then the
+//   f32/f64 value is rounded to nearest even in one step; NaN -> 0x7F with the input's sign;
+//   magnitudes above 464 (infinities included) saturate to +-448 (0x7E); magnitudes up to 2^-10
+//   round to +-0;
+// * from f8e4m3: the exact value as f32 (0x7F/0xFF -> NaN), then Candle's f32 conversion to D
+//   (integers: truncating, saturating, NaN -> 0; f16/bf16: round to nearest even; f64 exact).
+
+__device__ __forceinline__ u8 rk_f64_to_e4m3(double x) {
+    const unsigned long long xb = (unsigned long long)__double_as_longlong(x);
+    const u8 sign = (u8)((xb >> 63) << 7);
+    const unsigned long long ax = xb & 0x7FFFFFFFFFFFFFFFull;
+    if (ax > 0x7FF0000000000000ull) return (u8)(0x7F | sign); // NaN
+    if (ax > 0x407D000000000000ull) return (u8)(0x7E | sign); // > 464, inf: saturate to 448
+    const double a = fabs(x);
+    int e2 = 0;
+    (void)frexp(a, &e2); // a = f * 2^e2, f in [0.5, 1)
+    const int e = e2 - 1; // unbiased exponent of a normal double
+    if (a == 0.0 || e < -6) {
+        // Subnormal range: units of 2^-9; 8 units is the smallest normal (bits 0x08).
+        return (u8)((u8)rint(ldexp(a, 9)) | sign);
+    }
+    // Normal range: the significand in units of 2^(e-3) is in [8, 16]; 16 carries into the
+    // exponent, which the addition below does by itself (|x| <= 464 keeps it finite).
+    const int q = (int)rint(ldexp(a, 3 - e));
+    return (u8)((((e + 7) << 3) + q - 8) | sign);
+}
+
+__device__ __forceinline__ float rk_e4m3_to_f32(u8 b) {
+    if ((b & 0x7F) == 0x7F) return __int_as_float(0x7FC00000); // NaN
+    const int exp = (b >> 3) & 0xF;
+    const int man = b & 7;
+    const float mag = exp == 0 ? ldexpf((float)man, -9) : ldexpf((float)(8 + man), exp - 10);
+    return (b & 0x80) ? -mag : mag;
+}
+
+template <typename S> __device__ __forceinline__ double rk_to_e4m3_input(S x) {
+    return (double)(float)x; // integers: `as f32` first
+}
+template <> __device__ __forceinline__ double rk_to_e4m3_input<f16>(f16 x) {
+    return (double)__half2float(x);
+}
+template <> __device__ __forceinline__ double rk_to_e4m3_input<bf16>(bf16 x) {
+    return (double)__bfloat162float(x);
+}
+template <> __device__ __forceinline__ double rk_to_e4m3_input<f64>(f64 x) { return x; }
+
+#define RK_CAST_TO_F8(S)                                                                     \
+    RK_KERNEL void cast_##S##_f8e4m3(u64 numel, u64 num_dims, const u64* info, const S* inp, \
+                                     u8* out) {                                              \
+        auto f = [](S x) { return rk_f64_to_e4m3(rk_to_e4m3_input<S>(x)); };                 \
+        if (info == nullptr && rk_map1_contiguous(numel, inp, out, f)) return;               \
+        rk_for_each<1>(numel, num_dims, info,                                                \
+                       [=](u64 i, const u64* off) { out[i] = f(inp[off[0]]); });             \
+    }
+
+#define RK_CAST_FROM_F8(D)                                                                   \
+    RK_KERNEL void cast_f8e4m3_##D(u64 numel, u64 num_dims, const u64* info, const u8* inp,  \
+                                   D* out) {                                                 \
+        auto f = [](u8 x) { return rk_cast_to<D>::from(rk_e4m3_to_f32(x)); };                \
+        if (info == nullptr && rk_map1_contiguous(numel, inp, out, f)) return;               \
+        rk_for_each<1>(numel, num_dims, info,                                                \
+                       [=](u64 i, const u64* off) { out[i] = f(inp[off[0]]); });             \
+    }
+
+#define RK_CAST_F8_BOTH(T) RK_CAST_TO_F8(T) RK_CAST_FROM_F8(T)
+RK_CAST_F8_BOTH(u8)
+RK_CAST_F8_BOTH(u32)
+RK_CAST_F8_BOTH(i16)
+RK_CAST_F8_BOTH(i32)
+RK_CAST_F8_BOTH(i64)
+RK_CAST_F8_BOTH(bf16)
+RK_CAST_F8_BOTH(f16)
+RK_CAST_F8_BOTH(f32)
+RK_CAST_F8_BOTH(f64)

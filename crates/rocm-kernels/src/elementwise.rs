@@ -787,6 +787,32 @@ pub fn cast<S: KernelDType, D: KernelDType>(
     launch_unary_like(stream, "cast", module, &kernel, dims, src, dst, &[])
 }
 
+/// Converts the strided `src` into f8e4m3 (OCP e4m3fn, Candle's `float8::F8E4M3`) bytes in the
+/// contiguous `dst`, as Candle's CPU backend does: integers through `as f32`, then one
+/// round-to-nearest-even step; NaN stays NaN (0x7F with its sign), magnitudes above 464 and
+/// infinities saturate to +-448.
+pub fn cast_to_f8e4m3<S: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    src: Strided<'_, S>,
+    dst: &mut DeviceSliceMut<'_, u8>,
+) -> Result<()> {
+    let kernel = format!("cast_{}_f8e4m3", S::NAME);
+    launch_unary_like(stream, "cast", "cast", &kernel, dims, src, dst, &[])
+}
+
+/// Converts strided f8e4m3 bytes `src` into the contiguous `dst`: the exact value as f32, then
+/// Candle's f32 conversion to `D` (integers saturate, NaN -> 0).
+pub fn cast_from_f8e4m3<D: KernelDType>(
+    stream: &Stream,
+    dims: &[usize],
+    src: Strided<'_, u8>,
+    dst: &mut DeviceSliceMut<'_, D>,
+) -> Result<()> {
+    let kernel = format!("cast_f8e4m3_{}", D::NAME);
+    launch_unary_like(stream, "cast", "cast", &kernel, dims, src, dst, &[])
+}
+
 /// `dst = cond != 0 ? on_true : on_false` element-wise over `dims` (`C` an integer dtype, `T`
 /// any dtype); `dst` is contiguous.
 pub fn where_cond<C: KernelDType, T: KernelDType>(
