@@ -50,6 +50,7 @@ pub struct RocmDevice {
     seed: Arc<Mutex<u64>>,
     rng_offset: Arc<AtomicU64>,
     index_flag: Arc<OnceLock<IndexErrorFlag>>,
+    libraries: Arc<crate::blas::Libraries>,
 }
 
 impl RocmDevice {
@@ -67,6 +68,7 @@ impl RocmDevice {
             seed: Arc::new(Mutex::new(DEFAULT_SEED)),
             rng_offset: Arc::new(AtomicU64::new(0)),
             index_flag: Arc::new(OnceLock::new()),
+            libraries: Arc::default(),
         }
     }
 
@@ -78,6 +80,11 @@ impl RocmDevice {
     /// The underlying hip-core device.
     pub fn hip_device(&self) -> hip_core::Device {
         self.device
+    }
+
+    /// The device's vendor-library handles and settings.
+    pub(crate) fn libraries(&self) -> &crate::blas::Libraries {
+        &self.libraries
     }
 
     /// The stream this backend queues its work on.

@@ -15,9 +15,9 @@
 use candle_core::DType;
 
 /// Why a dtype is refused by the compute kernels although storage supports it.
-pub(crate) const F8_REASON: &str = "f8e4m3 tensors are stored as bytes on ROCm and only support \
-     host transfers, copies, const_set and where_cond for now; compute kernels for f8e4m3 are \
-     tracked by the kernels issue";
+pub(crate) const F8_REASON: &str = "f8e4m3 tensors are stored as bytes on ROCm and support host \
+     transfers, copies, const_set, where_cond and casts to and from every dtype; for arithmetic, \
+     cast to f16/bf16/f32 first (f8e4m3 compute kernels are not implemented yet)";
 
 /// Why the 4/6-bit and f8e8m0 formats are refused everywhere.
 pub(crate) const DUMMY_REASON: &str = "candle stores this format as opaque bytes with no \
@@ -56,6 +56,16 @@ pub enum RocmError {
         /// What does not fit.
         reason: String,
     },
+    /// A vendor library (rocBLAS/cuBLAS, MIOpen/cuDNN) failed or could not be loaded.
+    #[error("{op}: {library}: {reason}")]
+    Library {
+        /// The op being run.
+        op: String,
+        /// The library, e.g. `rocBLAS` or `MIOpen`.
+        library: String,
+        /// The library's error (status name and message), or why it is unavailable.
+        reason: String,
+    },
     /// The HIP runtime failed (allocation, copy, launch, module loading, compilation, ...).
     #[error("{op}: {source}")]
     Hip {
@@ -91,6 +101,19 @@ impl RocmError {
         RocmError::Layout {
             op: op.into(),
             reason: reason.into(),
+        }
+    }
+
+    /// [`RocmError::Library`] for `op`.
+    pub fn library(
+        op: impl Into<String>,
+        library: impl Into<String>,
+        reason: impl std::fmt::Display,
+    ) -> Self {
+        RocmError::Library {
+            op: op.into(),
+            library: library.into(),
+            reason: reason.to_string(),
         }
     }
 
@@ -155,6 +178,7 @@ impl RocmError {
             RocmError::NotImplemented { op, .. }
             | RocmError::Unsupported { op, .. }
             | RocmError::Layout { op, .. }
+            | RocmError::Library { op, .. }
             | RocmError::Hip { op, .. } => op,
         }
     }

@@ -23,8 +23,12 @@
 //!   (nearest 1-D/2-D, bilinear 2-D), random numbers (`rand_uniform`, `rand_normal`, float
 //!   dtypes, seeded), and the fused ops and `arg_sort_last_dim` on [`RocmStorage`] (softmax,
 //!   rms_norm, layer_norm, rope).
+//! * `matmul` (f32, f64, f16, bf16) on rocBLAS (cuBLAS on NVIDIA): one strided-batched GEMM
+//!   for every layout candle's CUDA backend accepts and more (see the `matmul` module docs);
+//!   `conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d` on MIOpen (cuDNN on NVIDIA) or
+//!   our im2col/col2im kernels + GEMM, selectable with [`ConvPath`] (see [`conv`]).
 //! * Not implemented yet, each returning a typed [`RocmError`] that names the op and dtype:
-//!   matmul and convolutions (the rocBLAS/MIOpen issue) and f8e4m3 arithmetic.
+//!   f8e4m3 arithmetic.
 //!
 //! Nothing here panics on bad input: a layout that would read outside its buffer, a dtype or
 //! device mismatch, or a runtime failure is an error.
@@ -57,19 +61,27 @@
 //!     _ => unreachable!(),
 //! }
 //! # let _ = yt;
-//! // Ops without a ROCm implementation yet fail with a typed error naming op and dtype.
-//! let err = y.matmul(&y, (1, 2, 3, 2), &layout, &layout.transpose(0, 1)?).unwrap_err();
+//! // (2, 3) x (3, 2) through rocBLAS, the rhs a transposed view of y.
+//! let p = y.matmul(&y, (1, 2, 2, 3), &layout, &layout.transpose(0, 1)?)?;
+//! // Ops without a ROCm implementation fail with a typed error naming op and dtype.
+//! let err = p.to_dtype(&Layout::contiguous((2, 2)), candle_core::DType::I16)?
+//!     .matmul(&p, (1, 2, 2, 2), &Layout::contiguous((2, 2)), &Layout::contiguous((2, 2)))
+//!     .unwrap_err();
 //! assert!(candle_rocm::RocmError::from_candle(&err).is_some());
 //! # Ok(())
 //! # }
 //! ```
 
+mod blas;
+pub mod conv;
 pub mod device;
 pub mod error;
 mod fused;
 pub mod layout;
+mod matmul;
 pub mod storage;
 
+pub use conv::{Conv2dSpec, ConvPath};
 pub use device::RocmDevice;
 pub use error::RocmError;
 pub use storage::{RocmStorage, RocmStorageSlice};

@@ -14,10 +14,6 @@ use crate::device::RocmDevice;
 use crate::error::{hip_err, kernel_err, RocmError, DUMMY_REASON, F8_REASON};
 use crate::layout::{copy2d_ranges, layout_range};
 
-/// Why matmul and convolutions fail.
-const BLAS_DNN_MISSING: &str =
-    "belongs to the rocBLAS/MIOpen work (the BLAS/DNN issue), not implemented yet";
-
 /// A device buffer tagged with its Candle dtype.
 ///
 /// `F8E4M3` is stored as its raw bytes (`DeviceBuffer<u8>`); the 4/6-bit formats and `F8E8M0`
@@ -141,7 +137,7 @@ impl RocmStorage {
         RocmStorage::new(slice, self.device.clone())
     }
 
-    fn check_device(&self, other: &Self, op: &'static str) -> Result<()> {
+    pub(crate) fn check_device(&self, other: &Self, op: &'static str) -> Result<()> {
         if self.device.same_device(&other.device) {
             Ok(())
         } else {
@@ -202,7 +198,7 @@ fn dummy_error(op: &str, dtype: DType) -> Error {
 /// ends after the last element it can reach (checked against the buffer). A view without
 /// elements is an empty slice (whatever its start offset), still handed to the kernel wrapper
 /// so that a dtype it does not support is refused even for empty tensors.
-fn view<'a, T: KernelDType>(
+pub(crate) fn view<'a, T: KernelDType>(
     op: &str,
     buf: &'a DeviceBuffer<T>,
     layout: &'a Layout,
@@ -506,19 +502,45 @@ fn cast_to<S: KernelDType>(
         DType::F32 => cast!(F32, f32),
         DType::F64 => cast!(F64, f64),
         DType::F8E4M3 => {
-            return Err(RocmError::NotImplemented {
-                op: op.into(),
-                dtype: format!("{} -> f8e4m3", S::NAME),
-                reason: F8_REASON.into(),
-            }
-            .into())
+            RocmStorageSlice::F8E4M3(map1::<S, u8>(dev, op, buf, layout, |s, d, src, dst| {
+                ew::cast_to_f8e4m3(s, d, src, dst)
+            })?)
         }
         other => return Err(dummy_error(op, other)),
     })
 }
 
+/// Converts f8e4m3 bytes to `dtype` (see `rocm_kernels::elementwise::cast_from_f8e4m3`).
+fn cast_from_f8(
+    dev: &RocmDevice,
+    buf: &DeviceBuffer<u8>,
+    layout: &Layout,
+    dtype: DType,
+) -> Result<RocmStorageSlice> {
+    let op = "to_dtype";
+    macro_rules! cast {
+        ($variant:ident, $t:ty) => {
+            RocmStorageSlice::$variant(map1::<u8, $t>(dev, op, buf, layout, |s, d, src, dst| {
+                ew::cast_from_f8e4m3(s, d, src, dst)
+            })?)
+        };
+    }
+    Ok(match dtype {
+        DType::U8 => cast!(U8, u8),
+        DType::U32 => cast!(U32, u32),
+        DType::I16 => cast!(I16, i16),
+        DType::I32 => cast!(I32, i32),
+        DType::I64 => cast!(I64, i64),
+        DType::BF16 => cast!(BF16, bf16),
+        DType::F16 => cast!(F16, f16),
+        DType::F32 => cast!(F32, f32),
+        DType::F64 => cast!(F64, f64),
+        other => return Err(dummy_error(op, other)),
+    })
+}
+
 /// Copies the strided view of `buf` into a new contiguous buffer.
-fn copy_view<T: KernelDType>(
+pub(crate) fn copy_view<T: KernelDType>(
     dev: &RocmDevice,
     op: &str,
     buf: &DeviceBuffer<T>,
@@ -993,14 +1015,7 @@ impl BackendStorage for RocmStorage {
             RocmStorageSlice::F8E4M3(b) if dtype == DType::F8E4M3 => {
                 RocmStorageSlice::F8E4M3(copy_view(dev, op, b, layout)?)
             }
-            RocmStorageSlice::F8E4M3(_) => {
-                return Err(RocmError::NotImplemented {
-                    op: op.into(),
-                    dtype: format!("f8e4m3 -> {}", dtype.as_str()),
-                    reason: F8_REASON.into(),
-                }
-                .into())
-            }
+            RocmStorageSlice::F8E4M3(b) => cast_from_f8(dev, b, layout, dtype)?,
             s if s.dtype() == dtype => {
                 map_dtype!(s, op, |b| copy_view(dev, op, b, layout))
             }
@@ -1091,32 +1106,52 @@ impl BackendStorage for RocmStorage {
         Ok(self.wrap(slice))
     }
 
-    fn conv1d(&self, _: &Layout, _: &Self, _: &Layout, _: &ParamsConv1D) -> Result<Self> {
-        Err(self.not_implemented("conv1d", BLAS_DNN_MISSING))
+    fn conv1d(
+        &self,
+        l: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &ParamsConv1D,
+    ) -> Result<Self> {
+        let op = "conv1d";
+        let spec = crate::conv::spec_1d(op, &format!("{params:?}"))?;
+        self.conv_impl(op, false, l, kernel, kernel_l, &spec)
     }
 
     fn conv_transpose1d(
         &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &ParamsConvTranspose1D,
+        l: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &ParamsConvTranspose1D,
     ) -> Result<Self> {
-        Err(self.not_implemented("conv_transpose1d", BLAS_DNN_MISSING))
+        let op = "conv_transpose1d";
+        let spec = crate::conv::spec_1d(op, &format!("{params:?}"))?;
+        self.conv_impl(op, true, l, kernel, kernel_l, &spec)
     }
 
-    fn conv2d(&self, _: &Layout, _: &Self, _: &Layout, _: &ParamsConv2D) -> Result<Self> {
-        Err(self.not_implemented("conv2d", BLAS_DNN_MISSING))
+    fn conv2d(
+        &self,
+        l: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &ParamsConv2D,
+    ) -> Result<Self> {
+        let op = "conv2d";
+        let spec = crate::conv::spec_2d(op, &format!("{params:?}"))?;
+        self.conv_impl(op, false, l, kernel, kernel_l, &spec)
     }
 
     fn conv_transpose2d(
         &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &ParamsConvTranspose2D,
+        l: &Layout,
+        kernel: &Self,
+        kernel_l: &Layout,
+        params: &ParamsConvTranspose2D,
     ) -> Result<Self> {
-        Err(self.not_implemented("conv_transpose2d", BLAS_DNN_MISSING))
+        let op = "conv_transpose2d";
+        let spec = crate::conv::spec_2d(op, &format!("{params:?}"))?;
+        self.conv_impl(op, true, l, kernel, kernel_l, &spec)
     }
 
     fn avg_pool2d(&self, layout: &Layout, k: (usize, usize), st: (usize, usize)) -> Result<Self> {
@@ -1221,6 +1256,13 @@ impl BackendStorage for RocmStorage {
         self.check_device(ids, op)?;
         let dev = &self.device;
         let n = ids_l.shape().elem_count();
+        // f8e4m3 values move as their bytes.
+        if let RocmStorageSlice::F8E4M3(b) = &self.slice {
+            let out = with_ids!(&ids.slice, op, |i| {
+                gather_like(dev, op, false, (b, l), (i, ids_l), dim, n)
+            })?;
+            return Ok(self.wrap(RocmStorageSlice::F8E4M3(out)));
+        }
         let slice = map_dtype!(&self.slice, op, |b| with_ids!(&ids.slice, op, |i| {
             gather_like(dev, op, false, (b, l), (i, ids_l), dim, n)
         }));
@@ -1240,6 +1282,20 @@ impl BackendStorage for RocmStorage {
         self.check_device(ids, op)?;
         self.check_operand(src, op)?;
         let dev = self.device.clone();
+        // f8e4m3 values move as their bytes.
+        if let (RocmStorageSlice::F8E4M3(d), RocmStorageSlice::F8E4M3(s)) =
+            (&mut self.slice, &src.slice)
+        {
+            return with_ids!(&ids.slice, op, |i| scatter_like_buf(
+                &dev,
+                op,
+                ScatterKind::Set,
+                (d, l),
+                (i, ids_l),
+                (s, src_l),
+                dim
+            ));
+        }
         with_dst_src!(&mut self.slice, &src.slice, op, |d, s| with_ids!(
             &ids.slice,
             op,
@@ -1292,6 +1348,13 @@ impl BackendStorage for RocmStorage {
             *d = n_ids;
         }
         let n = out_dims.iter().product();
+        // f8e4m3 values move as their bytes.
+        if let RocmStorageSlice::F8E4M3(b) = &self.slice {
+            let out = with_ids!(&ids.slice, op, |i| {
+                gather_like(dev, op, true, (b, l), (i, ids_l), dim, n)
+            })?;
+            return Ok(self.wrap(RocmStorageSlice::F8E4M3(out)));
+        }
         let slice = map_dtype!(&self.slice, op, |b| with_ids!(&ids.slice, op, |i| {
             gather_like(dev, op, true, (b, l), (i, ids_l), dim, n)
         }));
@@ -1337,12 +1400,58 @@ impl BackendStorage for RocmStorage {
 
     fn matmul(
         &self,
-        _: &Self,
-        _: (usize, usize, usize, usize),
-        _: &Layout,
-        _: &Layout,
+        rhs: &Self,
+        bmnk: (usize, usize, usize, usize),
+        lhs_l: &Layout,
+        rhs_l: &Layout,
     ) -> Result<Self> {
-        Err(self.not_implemented("matmul", BLAS_DNN_MISSING))
+        let op = "matmul";
+        self.check_device(rhs, op)?;
+        let dev = &self.device;
+        let n = bmnk.0 * bmnk.1 * bmnk.2;
+        macro_rules! gemm {
+            ($a:expr, $b:expr) => {{
+                let mut out = dev.alloc(op, n)?;
+                dev.gemm(
+                    op,
+                    bmnk,
+                    (&$a.as_slice(), lhs_l),
+                    (&$b.as_slice(), rhs_l),
+                    &mut out,
+                )?;
+                out
+            }};
+        }
+        let slice =
+            match (&self.slice, &rhs.slice) {
+                (RocmStorageSlice::F32(a), RocmStorageSlice::F32(b)) => {
+                    RocmStorageSlice::F32(gemm!(a, b))
+                }
+                (RocmStorageSlice::F64(a), RocmStorageSlice::F64(b)) => {
+                    RocmStorageSlice::F64(gemm!(a, b))
+                }
+                (RocmStorageSlice::F16(a), RocmStorageSlice::F16(b)) => {
+                    RocmStorageSlice::F16(gemm!(a, b))
+                }
+                (RocmStorageSlice::BF16(a), RocmStorageSlice::BF16(b)) => {
+                    RocmStorageSlice::BF16(gemm!(a, b))
+                }
+                (l, r) if l.dtype() != r.dtype() => {
+                    return Err(Error::DTypeMismatchBinaryOp {
+                        lhs: l.dtype(),
+                        rhs: r.dtype(),
+                        op,
+                    }
+                    .bt())
+                }
+                (l, _) => return Err(RocmError::unsupported(
+                    op,
+                    l.dtype(),
+                    "matmul runs on the vendor BLAS, which multiplies f32, f64, f16 and bf16 only",
+                )
+                .into()),
+            };
+        Ok(self.wrap(slice))
     }
 
     fn copy_strided_src(&self, dst: &mut Self, dst_offset: usize, src_l: &Layout) -> Result<()> {

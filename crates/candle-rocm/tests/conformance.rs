@@ -255,6 +255,8 @@ fn gen(dtype: DType, n: usize, dist: Dist, rng: &mut Rng) -> CpuStorage {
                 1 => rng.uniform(-1e10, 1e10),
                 2 => rng.uniform(-70000.0, 70000.0),
                 3 => rng.uniform(0.0, 300.0),
+                // Tiny magnitudes: f8e4m3's subnormals and its rounding to zero.
+                4 => rng.uniform(-0.03, 0.03),
                 _ => rng.uniform(-200.0, 200.0),
             },
         })
@@ -1182,13 +1184,10 @@ fn run_to_dtype(ctx: &mut Ctx) {
     for dst in storage_dtypes() {
         let row = format!("to_dtype -> {}", dst.as_str());
         for src in storage_dtypes() {
-            // f8e4m3 <-> other dtypes: a typed error for now (the CPU backend converts).
-            let f8_conversion = (src == DType::F8E4M3 || dst == DType::F8E4M3) && src != dst;
-            let expect = if f8_conversion {
-                Expect::TypedError
-            } else {
-                Expect::Pass
-            };
+            // The CPU oracle's f8e4m3 -> f64 conversion recurses forever (a stack overflow
+            // cannot be caught): that pair is judged against the reference alone.
+            let oracle_overflows = src == DType::F8E4M3 && dst == DType::F64;
+            let expect = Expect::Pass;
             let op = ToDType(dst);
             let col = src.as_str();
             for case in unary_cases() {
@@ -1198,8 +1197,7 @@ fn run_to_dtype(ctx: &mut Ctx) {
                 let g_in = ctx.upload(&input);
                 ctx.poison(case.layout.shape().elem_count() * dst.size_in_bytes());
                 let gpu = gpu_result(op.apply(&g_in, &case.layout));
-                let cpu =
-                    (expect == Expect::Pass).then(|| oracle(|| op.apply(&input, &case.layout)));
+                let cpu = (!oracle_overflows).then(|| oracle(|| op.apply(&input, &case.layout)));
                 let reference = cast_reference(&input, &case.layout, dst)
                     .or_else(|| empty_reference(&case.layout, dst));
                 let outcome = judge(expect, gpu, cpu, reference, false);
@@ -1210,11 +1208,10 @@ fn run_to_dtype(ctx: &mut Ctx) {
 }
 
 /// Rust `as` semantics: integer -> integer wraps (exact, through i128); everything else goes
-/// through f64 (float -> integer saturates, NaN -> 0; -> f16/bf16 rounds once from f64).
+/// through f64 (float -> integer saturates, NaN -> 0; -> f16/bf16/f8e4m3 rounds once from f64,
+/// which for f8e4m3 equals Candle's integer -> f32 -> f8e4m3 path: integers that f32 rounds
+/// are far past f8e4m3's saturation at 448).
 fn cast_reference(input: &CpuStorage, layout: &Layout, dst: DType) -> Option<CpuStorage> {
-    if input.dtype() == DType::F8E4M3 || dst == DType::F8E4M3 {
-        return None;
-    }
     let offsets = logical_offsets(layout);
     if let (Some(v), true) = (values_i128(input), dst.is_int()) {
         let out: Vec<i128> = offsets.iter().map(|&o| v[o]).collect();
@@ -2167,6 +2164,10 @@ fn conformance_matrix() {
     run_copies(&mut ctx);
     run_reduce(&mut ctx);
     run_fused(&mut ctx);
+    indexing::run_indexing(&mut ctx);
+    pool::run_pool(&mut ctx);
+    blas::run_matmul(&mut ctx);
+    blas::run_conv(&mut ctx);
     println!("{}", ctx.matrix.render());
     // docs/ops.md is this table: `CANDLE_ROCM_OPS_MD=path` writes it as markdown.
     if let Some(path) = std::env::var_os("CANDLE_ROCM_OPS_MD") {
@@ -2189,20 +2190,9 @@ fn typed(e: &candle_core::Error) -> &RocmError {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn unimplemented_ops_return_typed_errors_naming_op_and_dtype() {
+fn matmul_rejects_unreadable_layouts_and_mismatches() {
     let dev = RocmDevice::new(0).expect("opening GPU 0");
-    let l = Layout::contiguous((2, 3));
-    for dtype in [DType::F32, DType::BF16, DType::I64] {
-        let a = dev.zeros_impl(&Shape::from((2, 3)), dtype).unwrap();
-        let check = |op: &str, r: candle_core::Result<()>| {
-            let e = r.expect_err(op);
-            let t = typed(&e);
-            assert!(matches!(t, RocmError::NotImplemented { .. }), "{op}: {t:?}");
-            let s = e.to_string();
-            assert!(s.contains(op) && s.contains(dtype.as_str()), "{op}: {s}");
-        };
-        check("matmul", a.matmul(&a, (1, 2, 2, 3), &l, &l).map(drop));
-    }
+    blas::check_matmul_rejections(&dev);
 }
 
 #[test]
@@ -2559,6 +2549,23 @@ fn references_agree_with_the_cpu_oracle_where_it_is_right() {
                 compare(&got, &want, false)
                     .unwrap_or_else(|e| panic!("cast {src:?} -> {dst:?} {}: {e}", case.name));
             }
+        }
+    }
+    // f8e4m3 <-> every dtype, but f8e4m3 -> f64 (the oracle recurses forever there).
+    for other in KERNEL_DTYPES {
+        for (src, dst) in [(other, DType::F8E4M3), (DType::F8E4M3, other)] {
+            if (src, dst) == (DType::F8E4M3, DType::F64) {
+                continue;
+            }
+            let case = Case {
+                name: "f8",
+                layout: Layout::contiguous(600),
+            };
+            let mut rng = Rng::new(case_seed(4, &[src.as_str(), dst.as_str()]));
+            let input = gen(src, needed_len(&case.layout), Dist::CastMix, &mut rng);
+            let want = input.to_dtype(&case.layout, dst).unwrap();
+            let got = cast_reference(&input, &case.layout, dst).unwrap();
+            compare(&got, &want, false).unwrap_or_else(|e| panic!("cast {src:?} -> {dst:?}: {e}"));
         }
     }
 }
@@ -3011,3 +3018,12 @@ fn arg_sort_last_dim_sorts_rows() {
     let desc = host::<u32>(&s.arg_sort_last_dim(&l, false).unwrap());
     assert_eq!(desc, [0, 2, 1, 3, 0, 2, 3, 1]);
 }
+
+#[path = "suite/blas.rs"]
+mod blas;
+
+#[path = "suite/indexing.rs"]
+mod indexing;
+
+#[path = "suite/pool.rs"]
+mod pool;

@@ -1,0 +1,172 @@
+//! candle-rocm through candle's backend traits, beside a reference measured in the same run:
+//!
+//! * `host_overhead`: one 1-element `add` end to end through `BackendStorage::binary_impl`
+//!   (validation, output allocation from the caching allocator, launch), host time per op,
+//!   beside an empty `synchronize` of the device;
+//! * `matmul`: (4096 x 4096) x (4096 x 4096) in f32/bf16/f16 and the batched attention shape
+//!   32 x (2048 x 128) x (128 x 2048) in bf16/f16 through `BackendStorage::matmul`, beside the
+//!   same GEMM called directly through rocblas-safe (throughput = FLOPs, 2 m n k per matrix).
+//!
+//! On a GPU machine: `cargo bench -p candle-rocm --no-default-features --bench backend -- --warm-up-time 1 --measurement-time 2`
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
+use std::time::{Duration, Instant};
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::{DType, Layout, Shape};
+use candle_rocm::{RocmDevice, RocmStorage, RocmStorageSlice};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use hip_core::{DeviceBuffer, Event};
+use rocblas_safe::{GemmConfig, GemmElement, Operation};
+
+fn device() -> Option<RocmDevice> {
+    match RocmDevice::new(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("candle-rocm benches need a GPU: {e}");
+            None
+        }
+    }
+}
+
+/// GPU time of `iters` calls of `op` queued on the device's stream.
+fn gpu_time(dev: &RocmDevice, iters: u64, mut op: impl FnMut()) -> Duration {
+    let d = dev.hip_device();
+    let start = Event::new(d, true).unwrap();
+    let end = Event::new(d, true).unwrap();
+    start.record(dev.stream()).unwrap();
+    for _ in 0..iters {
+        op();
+    }
+    end.record(dev.stream()).unwrap();
+    end.synchronize().unwrap();
+    Duration::from_secs_f64(start.elapsed_ms(&end).unwrap() as f64 * 1e-3)
+}
+
+fn host_overhead(c: &mut Criterion) {
+    let Some(dev) = device() else { return };
+    let a = dev.storage_from_slice(&[1.5f32]).unwrap();
+    let b = dev.storage_from_slice(&[2.5f32]).unwrap();
+    let l = Layout::contiguous(1);
+    let mut g = c.benchmark_group("host_overhead");
+    g.sample_size(50);
+    g.bench_function("reference_synchronize", |bch| {
+        bch.iter_custom(|n| {
+            let t = Instant::now();
+            for _ in 0..n {
+                dev.synchronize().unwrap();
+            }
+            t.elapsed()
+        })
+    });
+    g.bench_function("add_1_element_f32", |bch| {
+        bch.iter_custom(|n| {
+            dev.synchronize().unwrap();
+            let t = Instant::now();
+            for _ in 0..n {
+                let out = a.binary_impl::<candle_core::op::Add>(&b, &l, &l).unwrap();
+                std::hint::black_box(out);
+            }
+            let host = t.elapsed();
+            dev.synchronize().unwrap();
+            host
+        })
+    });
+    g.finish();
+}
+
+fn buffer<T: GemmElement>(s: &RocmStorage) -> &DeviceBuffer<T> {
+    // SAFETY-free downcast through the public enum.
+    let any: &dyn std::any::Any = match s.as_slice() {
+        RocmStorageSlice::F32(b) => b,
+        RocmStorageSlice::F16(b) => b,
+        RocmStorageSlice::BF16(b) => b,
+        RocmStorageSlice::F64(b) => b,
+        _ => panic!("not a float storage"),
+    };
+    any.downcast_ref::<DeviceBuffer<T>>().expect("dtype")
+}
+
+fn bench_matmul<T: GemmElement>(
+    c: &mut Criterion,
+    dev: &RocmDevice,
+    dtype: DType,
+    (b, m, n, k): (usize, usize, usize, usize),
+    name: &str,
+) {
+    let lhs = dev
+        .rand_uniform(&Shape::from((b, m, k)), dtype, -1.0, 1.0)
+        .unwrap();
+    let rhs = dev
+        .rand_uniform(&Shape::from((b, k, n)), dtype, -1.0, 1.0)
+        .unwrap();
+    let (ll, rl) = (Layout::contiguous((b, m, k)), Layout::contiguous((b, k, n)));
+    let handle = rocblas_safe::Handle::new(dev.stream()).unwrap();
+    let cfg = GemmConfig {
+        transa: Operation::None,
+        transb: Operation::None,
+        m: n,
+        n: m,
+        k,
+        lda: n,
+        ldb: k,
+        ldc: n,
+        stride_a: k * n,
+        stride_b: m * k,
+        stride_c: m * n,
+        batch: b,
+    };
+    let mut out = dev
+        .hip_device()
+        .default_stream()
+        .alloc::<T>(b * m * n)
+        .unwrap();
+    let (a_buf, b_buf) = (buffer::<T>(&rhs), buffer::<T>(&lhs));
+    let mut g = c.benchmark_group(format!("matmul_{name}"));
+    g.sample_size(10);
+    g.throughput(Throughput::Elements((2 * b * m * n * k) as u64));
+    g.bench_function("reference_rocblas_safe_gemm", |bch| {
+        bch.iter_custom(|it| {
+            gpu_time(dev, it, || {
+                handle
+                    .gemm(
+                        &cfg,
+                        1.0,
+                        &a_buf.as_slice(),
+                        &b_buf.as_slice(),
+                        0.0,
+                        &mut out.as_mut_slice(),
+                    )
+                    .unwrap()
+            })
+        })
+    });
+    g.bench_function("candle_rocm_matmul", |bch| {
+        bch.iter_custom(|it| {
+            gpu_time(dev, it, || {
+                std::hint::black_box(lhs.matmul(&rhs, (b, m, n, k), &ll, &rl).unwrap());
+            })
+        })
+    });
+    g.finish();
+}
+
+fn matmul(c: &mut Criterion) {
+    let Some(dev) = device() else { return };
+    let square = (1, 4096, 4096, 4096);
+    bench_matmul::<f32>(c, &dev, DType::F32, square, "4096_f32");
+    bench_matmul::<half::bf16>(c, &dev, DType::BF16, square, "4096_bf16");
+    bench_matmul::<half::f16>(c, &dev, DType::F16, square, "4096_f16");
+    let attn = (32, 2048, 2048, 128);
+    bench_matmul::<half::bf16>(
+        c,
+        &dev,
+        DType::BF16,
+        attn,
+        "attention_32x2048x128x2048_bf16",
+    );
+    bench_matmul::<half::f16>(c, &dev, DType::F16, attn, "attention_32x2048x128x2048_f16");
+}
+
+criterion_group!(benches, host_overhead, matmul);
+criterion_main!(benches);

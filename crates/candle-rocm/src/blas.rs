@@ -1,0 +1,121 @@
+//! The vendor libraries a [`RocmDevice`] uses: rocBLAS (cuBLAS on NVIDIA) for matmul and the
+//! GEMM-based convolutions, MIOpen (cuDNN on NVIDIA) for library convolutions. Each handle is
+//! created on first use, bound to the device's stream, and shared by the device's clones; a
+//! library that fails to load is remembered as a typed error naming it.
+
+use std::sync::OnceLock;
+
+use candle_core::{DType, Layout, Result};
+use hip_core::{DeviceBuffer, DeviceSlice};
+use parking_lot::Mutex;
+use rocblas_safe::GemmElement;
+
+use crate::conv::ConvPath;
+use crate::device::RocmDevice;
+use crate::error::{hip_err, RocmError};
+use crate::matmul::gemm_config;
+
+/// The per-device library handles and settings.
+#[derive(Default)]
+pub(crate) struct Libraries {
+    blas: OnceLock<std::result::Result<rocblas_safe::Handle, String>>,
+    dnn: OnceLock<std::result::Result<miopen_safe::Handle, String>>,
+    conv_path: Mutex<Option<ConvPath>>,
+}
+
+impl RocmDevice {
+    /// The device's rocBLAS handle, created on first use.
+    pub(crate) fn blas(&self, op: &str) -> Result<&rocblas_safe::Handle> {
+        self.libraries()
+            .blas
+            .get_or_init(|| rocblas_safe::Handle::new(self.stream()).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| RocmError::library(op, "rocBLAS", e).into())
+    }
+
+    /// The device's MIOpen handle, created on first use.
+    pub(crate) fn dnn(&self, op: &str) -> Result<&miopen_safe::Handle> {
+        self.libraries()
+            .dnn
+            .get_or_init(|| miopen_safe::Handle::new(self.stream()).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| RocmError::library(op, "MIOpen", e).into())
+    }
+
+    /// Chooses how this device computes convolutions (see [`ConvPath`]); overrides the
+    /// `CANDLE_ROCM_CONV` environment variable.
+    pub fn set_conv_path(&self, path: ConvPath) {
+        *self.libraries().conv_path.lock() = Some(path);
+    }
+
+    /// How this device computes convolutions: what [`RocmDevice::set_conv_path`] chose, else
+    /// `CANDLE_ROCM_CONV`, else [`ConvPath::Auto`].
+    pub fn conv_path(&self) -> Result<ConvPath> {
+        if let Some(p) = *self.libraries().conv_path.lock() {
+            return Ok(p);
+        }
+        ConvPath::from_env().map_err(Into::into)
+    }
+
+    /// Whether the library path can compute a convolution of `dtype` on this device.
+    pub(crate) fn conv_library_available(&self, dtype: DType) -> bool {
+        matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && self.dnn("conv").is_ok()
+    }
+
+    /// `out = lhs x rhs` for candle's `(b, m, n, k)` and the operands' layouts (start offsets
+    /// relative to the given slices), through one strided-batched GEMM. `out` holds the
+    /// contiguous `(b, m, n)` result.
+    pub(crate) fn gemm<T: GemmElement>(
+        &self,
+        op: &str,
+        bmnk: (usize, usize, usize, usize),
+        (lhs, lhs_l): (&DeviceSlice<'_, T>, &Layout),
+        (rhs, rhs_l): (&DeviceSlice<'_, T>, &Layout),
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        let (b, m, n, k) = bmnk;
+        let cfg = gemm_config(bmnk, lhs_l, rhs_l)?;
+        let want = b * m * n;
+        if out.len() != want {
+            return Err(RocmError::layout(
+                op,
+                format!(
+                    "the output holds {} elements, the product {want}",
+                    out.len()
+                ),
+            )
+            .into());
+        }
+        if want == 0 {
+            return Ok(());
+        }
+        if k == 0 {
+            // An empty sum: zeros (no library call needed).
+            return out.as_mut_slice().memset_async(0).map_err(hip_err(op));
+        }
+        let a = offset_view(op, rhs, rhs_l)?;
+        let bm = offset_view(op, lhs, lhs_l)?;
+        self.blas(op)?
+            .gemm(&cfg, 1.0, &a, &bm, 0.0, &mut out.as_mut_slice())
+            .map_err(|e| RocmError::library(op, "rocBLAS", e).into())
+    }
+}
+
+/// `slice` from the layout's start offset on (the GEMM validates the extent).
+fn offset_view<'a, T: GemmElement>(
+    op: &str,
+    slice: &DeviceSlice<'a, T>,
+    layout: &Layout,
+) -> Result<DeviceSlice<'a, T>> {
+    slice.slice(layout.start_offset()..).map_err(|e| {
+        RocmError::layout(
+            op,
+            format!(
+                "start offset {} is past the operand's {} elements: {e}",
+                layout.start_offset(),
+                slice.len()
+            ),
+        )
+        .into()
+    })
+}

@@ -1,0 +1,591 @@
+//! The conformance rows of the BLAS/DNN ops (a module of tests/conformance.rs): `matmul`, and
+//! `conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d` on both convolution paths
+//! (`(im2col)`: our kernels + GEMM; `(library)`: MIOpen, cuDNN on NVIDIA).
+//!
+//! matmul: the CPU oracle is `CpuStorage::matmul` through the same trait call (it refuses bf16
+//! and the integer dtypes); the independent reference is the f64 product of the same inputs,
+//! rounded once to the dtype. Convolutions: candle's `ParamsConv*` cannot be built outside
+//! candle, so the GPU side runs `RocmStorage::conv2d_with` / `conv_transpose2d_with` (what the
+//! trait methods call after reading candle's params) and the oracle is candle's Tensor-level
+//! convolution on the CPU (same dtype), with an f64 direct-loop reference beside it.
+//! Tolerances: the dtype's relative tolerance plus `2 k eps` of the accumulation type times the
+//! largest product, `k` the number of summed terms.
+
+use super::*;
+use candle_core::{Device, Tensor};
+use candle_rocm::{Conv2dSpec, ConvPath};
+
+fn accumulation_eps(dtype: DType) -> f64 {
+    if dtype == DType::F64 {
+        f64::EPSILON
+    } else {
+        f32::EPSILON as f64
+    }
+}
+
+fn gemm_tol(dtype: DType, terms: usize, max_product: f64) -> (f64, f64) {
+    let rtol = match dtype {
+        DType::BF16 => 8e-3,
+        DType::F16 => 1e-3,
+        d => tolerance(d),
+    };
+    (
+        rtol,
+        2.0 * terms.max(1) as f64 * accumulation_eps(dtype) * max_product,
+    )
+}
+
+fn is_gemm_dtype(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+}
+
+struct MCase {
+    name: &'static str,
+    bmnk: (usize, usize, usize, usize),
+    lhs: Layout,
+    rhs: Layout,
+}
+
+fn strided(dims: &[usize], strides: &[usize], offset: usize) -> Layout {
+    Layout::new(dims.into(), strides.to_vec(), offset)
+}
+
+fn matmul_cases() -> Vec<MCase> {
+    let t = |l: Layout, a: usize, b: usize| l.transpose(a, b).unwrap();
+    vec![
+        MCase {
+            name: "rank2 7x129 . 129x1000",
+            bmnk: (1, 7, 1000, 129),
+            lhs: Layout::contiguous((7, 129)),
+            rhs: Layout::contiguous((129, 1000)),
+        },
+        MCase {
+            name: "rank2 1x1 . 1x1",
+            bmnk: (1, 1, 1, 1),
+            lhs: Layout::contiguous((1, 1)),
+            rhs: Layout::contiguous((1, 1)),
+        },
+        MCase {
+            name: "lhs transposed",
+            bmnk: (1, 33, 17, 65),
+            lhs: t(Layout::contiguous((65, 33)), 0, 1),
+            rhs: Layout::contiguous((65, 17)),
+        },
+        MCase {
+            name: "rhs transposed",
+            bmnk: (1, 33, 17, 65),
+            lhs: Layout::contiguous((33, 65)),
+            rhs: t(Layout::contiguous((17, 65)), 0, 1),
+        },
+        MCase {
+            name: "both transposed, batched",
+            bmnk: (3, 9, 11, 7),
+            lhs: t(Layout::contiguous((3, 7, 9)), 1, 2),
+            rhs: t(Layout::contiguous((3, 11, 7)), 1, 2),
+        },
+        MCase {
+            name: "rank4 batched",
+            bmnk: (6, 5, 4, 3),
+            lhs: Layout::contiguous((2, 3, 5, 3)),
+            rhs: Layout::contiguous((2, 3, 3, 4)),
+        },
+        MCase {
+            name: "broadcast rhs batch (stride 0)",
+            bmnk: (4, 5, 6, 7),
+            lhs: Layout::contiguous((4, 5, 7)),
+            rhs: strided(&[4, 7, 6], &[0, 6, 1], 0),
+        },
+        MCase {
+            name: "broadcast lhs batch, offset",
+            bmnk: (3, 5, 6, 7),
+            lhs: strided(&[3, 5, 7], &[0, 7, 1], 4),
+            rhs: Layout::contiguous((3, 7, 6)),
+        },
+        MCase {
+            name: "narrowed lhs (ld 20) with offset",
+            bmnk: (2, 5, 6, 7),
+            lhs: strided(&[2, 5, 7], &[100, 20, 1], 3),
+            rhs: Layout::contiguous((2, 7, 6)),
+        },
+        MCase {
+            name: "k = 1 (outer product)",
+            bmnk: (1, 8, 9, 1),
+            lhs: Layout::contiguous((8, 1)),
+            rhs: Layout::contiguous((1, 9)),
+        },
+        MCase {
+            name: "n = 1 (matrix-vector)",
+            bmnk: (2, 8, 1, 9),
+            lhs: Layout::contiguous((2, 8, 9)),
+            rhs: Layout::contiguous((2, 9, 1)),
+        },
+        MCase {
+            name: "m = 1 (vector-matrix)",
+            bmnk: (1, 1, 9, 8),
+            lhs: Layout::contiguous((1, 8)),
+            rhs: Layout::contiguous((8, 9)),
+        },
+        MCase {
+            name: "k = 0 (zeros)",
+            bmnk: (2, 3, 4, 0),
+            lhs: Layout::contiguous((2, 3, 0)),
+            rhs: Layout::contiguous((2, 0, 4)),
+        },
+        MCase {
+            name: "m = 0 (empty)",
+            bmnk: (2, 0, 4, 3),
+            lhs: Layout::contiguous((2, 0, 3)),
+            rhs: Layout::contiguous((2, 3, 4)),
+        },
+    ]
+}
+
+/// The f64 product of the logical values, rounded once to `dtype`.
+fn matmul_reference(dtype: DType, c: &MCase, lhs: &CpuStorage, rhs: &CpuStorage) -> CpuStorage {
+    let (b, m, n, k) = c.bmnk;
+    let (a, bb) = (logical_values(lhs, &c.lhs), logical_values(rhs, &c.rhs));
+    let mut out = vec![0f64; b * m * n];
+    for bi in 0..b {
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0f64;
+                for p in 0..k {
+                    s += a[(bi * m + i) * k + p] * bb[(bi * k + p) * n + j];
+                }
+                out[(bi * m + i) * n + j] = s;
+            }
+        }
+    }
+    storage_from_f64(dtype, &out)
+}
+
+pub(super) fn run_matmul(ctx: &mut Ctx) {
+    let cpu = CpuDevice;
+    for dtype in storage_dtypes() {
+        let col = dtype.as_str();
+        for c in matmul_cases() {
+            let seed = case_seed(ctx.base, &["matmul", col, c.name]);
+            let mut rng = Rng::new(seed);
+            let lhs = gen(dtype, needed_len(&c.lhs), Dist::General, &mut rng);
+            let rhs = gen(dtype, needed_len(&c.rhs), Dist::General, &mut rng);
+            let (gl, gr) = (ctx.upload(&lhs), ctx.upload(&rhs));
+            let (b, m, n, _) = c.bmnk;
+            ctx.poison(b * m * n * dtype.size_in_bytes());
+            let gpu = gpu_result(gl.matmul(&gr, c.bmnk, &c.lhs, &c.rhs));
+            let outcome = if is_gemm_dtype(dtype) {
+                let (cl, cr) = (
+                    cpu.storage_from_cpu_storage(&lhs).unwrap(),
+                    cpu.storage_from_cpu_storage(&rhs).unwrap(),
+                );
+                let want = oracle(|| cl.matmul(&cr, c.bmnk, &c.lhs, &c.rhs));
+                let reference = matmul_reference(dtype, &c, &lhs, &rhs);
+                let (rtol, atol) = gemm_tol(dtype, c.bmnk.3, 16.0);
+                judge_with(Expect::Pass, gpu, Some(want), Some(reference), &|g, w| {
+                    compare_tol(g, w, rtol, atol)
+                })
+            } else {
+                judge(Expect::TypedError, gpu, None, None, true)
+            };
+            ctx.matrix.record("matmul", col, c.name, seed, outcome);
+        }
+    }
+}
+
+/// One convolution case: `spec` (1-D ones have `input.0 == 1`), whether the input is given
+/// transposed in its spatial dims (a non-contiguous layout) and its start offset.
+struct CCase {
+    name: &'static str,
+    transposed: bool,
+    spec: Conv2dSpec,
+    one_d: bool,
+    strided_input: bool,
+    offset: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spec(
+    b: usize,
+    ci: usize,
+    co: usize,
+    input: (usize, usize),
+    k: (usize, usize),
+    p: usize,
+    s: usize,
+    d: usize,
+    op: usize,
+    one_d: bool,
+) -> Conv2dSpec {
+    let (pad, st, dil, opad) = if one_d {
+        ((0, p), (1, s), (1, d), (0, op))
+    } else {
+        ((p, p), (s, s), (d, d), (op, op))
+    };
+    Conv2dSpec {
+        batch: b,
+        c_in: ci,
+        c_out: co,
+        input,
+        kernel: k,
+        padding: pad,
+        stride: st,
+        dilation: dil,
+        output_padding: opad,
+    }
+}
+
+fn conv_cases() -> Vec<CCase> {
+    let cc = |name, transposed, spec, one_d, strided_input, offset| CCase {
+        name,
+        transposed,
+        spec,
+        one_d,
+        strided_input,
+        offset,
+    };
+    vec![
+        cc(
+            "2d 3x3 pad 1",
+            false,
+            spec(2, 3, 4, (7, 9), (3, 3), 1, 1, 1, 0, false),
+            false,
+            false,
+            0,
+        ),
+        cc(
+            "2d 3x2 stride 2 dil 2 pad 2, strided input",
+            false,
+            spec(1, 2, 3, (8, 8), (3, 2), 2, 2, 2, 0, false),
+            false,
+            true,
+            0,
+        ),
+        cc(
+            "2d 1x1, offset",
+            false,
+            spec(3, 5, 2, (4, 6), (1, 1), 0, 1, 1, 0, false),
+            false,
+            false,
+            3,
+        ),
+        cc(
+            "2d 5x5 on 5x5",
+            false,
+            spec(1, 1, 1, (5, 5), (5, 5), 0, 1, 1, 0, false),
+            false,
+            false,
+            0,
+        ),
+        cc(
+            "2d empty batch",
+            false,
+            spec(0, 2, 2, (4, 4), (2, 2), 0, 1, 1, 0, false),
+            false,
+            false,
+            0,
+        ),
+        cc(
+            "1d k3 pad 1 stride 2",
+            false,
+            spec(2, 3, 2, (1, 10), (1, 3), 1, 2, 1, 0, true),
+            true,
+            false,
+            0,
+        ),
+        cc(
+            "1d k2 dil 3, strided input",
+            false,
+            spec(1, 4, 3, (1, 11), (1, 2), 0, 1, 3, 0, true),
+            true,
+            true,
+            0,
+        ),
+        cc(
+            "transposed 2d k3 pad 1 stride 2 out-pad 1",
+            true,
+            spec(2, 3, 2, (4, 5), (3, 3), 1, 2, 1, 1, false),
+            false,
+            false,
+            0,
+        ),
+        cc(
+            "transposed 2d k2 dil 2, strided input",
+            true,
+            spec(1, 2, 3, (3, 3), (2, 2), 0, 1, 2, 0, false),
+            false,
+            true,
+            0,
+        ),
+        cc(
+            "transposed 1d k3 stride 3",
+            true,
+            spec(2, 3, 4, (1, 6), (1, 3), 0, 3, 1, 0, true),
+            true,
+            false,
+            0,
+        ),
+        cc(
+            "transposed 1d k4 pad 2 dil 2 out-pad 1, offset",
+            true,
+            spec(1, 2, 2, (1, 7), (1, 4), 2, 2, 2, 1, true),
+            true,
+            false,
+            5,
+        ),
+    ]
+}
+
+impl CCase {
+    fn x_dims(&self) -> Vec<usize> {
+        let s = &self.spec;
+        if self.one_d {
+            vec![s.batch, s.c_in, s.input.1]
+        } else {
+            vec![s.batch, s.c_in, s.input.0, s.input.1]
+        }
+    }
+    fn w_dims(&self) -> Vec<usize> {
+        let s = &self.spec;
+        let (a, b) = if self.transposed {
+            (s.c_in, s.c_out)
+        } else {
+            (s.c_out, s.c_in)
+        };
+        if self.one_d {
+            vec![a, b, s.kernel.1]
+        } else {
+            vec![a, b, s.kernel.0, s.kernel.1]
+        }
+    }
+    /// The input layout: contiguous with the case's offset, or its last two dims stored
+    /// transposed.
+    fn x_layout(&self) -> Layout {
+        let dims = self.x_dims();
+        if self.strided_input {
+            let r = dims.len();
+            let mut stored = dims.clone();
+            stored.swap(r - 2, r - 1);
+            Layout::contiguous_with_offset(stored.as_slice(), self.offset)
+                .transpose(r - 2, r - 1)
+                .unwrap()
+        } else {
+            Layout::contiguous_with_offset(dims.as_slice(), self.offset)
+        }
+    }
+    fn out_hw(&self) -> (usize, usize) {
+        let s = &self.spec;
+        let axis = |i: usize, k: usize, p: usize, st: usize, d: usize, op: usize| {
+            if self.transposed {
+                (i - 1) * st + d * (k - 1) + op + 1 - 2 * p
+            } else {
+                (i + 2 * p - d * (k - 1) - 1) / st + 1
+            }
+        };
+        (
+            axis(
+                s.input.0,
+                s.kernel.0,
+                s.padding.0,
+                s.stride.0,
+                s.dilation.0,
+                s.output_padding.0,
+            ),
+            axis(
+                s.input.1,
+                s.kernel.1,
+                s.padding.1,
+                s.stride.1,
+                s.dilation.1,
+                s.output_padding.1,
+            ),
+        )
+    }
+}
+
+/// f64 direct convolution of the logical values (contiguous NCHW input and kernel).
+fn conv_reference(c: &CCase, x: &[f64], w: &[f64]) -> Vec<f64> {
+    let s = &c.spec;
+    let (ho, wo) = c.out_hw();
+    let (hi, wi) = s.input;
+    let (kh, kw) = s.kernel;
+    let mut out = vec![0f64; s.batch * s.c_out * ho * wo];
+    for b in 0..s.batch {
+        for ci in 0..s.c_in {
+            for co in 0..s.c_out {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let wv = if c.transposed {
+                            w[((ci * s.c_out + co) * kh + ky) * kw + kx]
+                        } else {
+                            w[((co * s.c_in + ci) * kh + ky) * kw + kx]
+                        };
+                        if c.transposed {
+                            for iy in 0..hi {
+                                for ix in 0..wi {
+                                    let oy = (iy * s.stride.0 + ky * s.dilation.0) as i64
+                                        - s.padding.0 as i64;
+                                    let ox = (ix * s.stride.1 + kx * s.dilation.1) as i64
+                                        - s.padding.1 as i64;
+                                    if oy < 0 || ox < 0 || oy as usize >= ho || ox as usize >= wo {
+                                        continue;
+                                    }
+                                    out[((b * s.c_out + co) * ho + oy as usize) * wo
+                                        + ox as usize] +=
+                                        x[((b * s.c_in + ci) * hi + iy) * wi + ix] * wv;
+                                }
+                            }
+                        } else {
+                            for oy in 0..ho {
+                                for ox in 0..wo {
+                                    let iy = (oy * s.stride.0 + ky * s.dilation.0) as i64
+                                        - s.padding.0 as i64;
+                                    let ix = (ox * s.stride.1 + kx * s.dilation.1) as i64
+                                        - s.padding.1 as i64;
+                                    if iy < 0 || ix < 0 || iy as usize >= hi || ix as usize >= wi {
+                                        continue;
+                                    }
+                                    out[((b * s.c_out + co) * ho + oy) * wo + ox] += x
+                                        [((b * s.c_in + ci) * hi + iy as usize) * wi + ix as usize]
+                                        * wv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// candle's own CPU convolution (Tensor level, same dtype) of the logical values.
+fn conv_oracle(c: &CCase, dtype: DType, x: &[f64], w: &[f64]) -> candle_core::Result<CpuStorage> {
+    let s = &c.spec;
+    let xt = Tensor::from_vec(x.to_vec(), c.x_dims(), &Device::Cpu)?.to_dtype(dtype)?;
+    let wt = Tensor::from_vec(w.to_vec(), c.w_dims(), &Device::Cpu)?.to_dtype(dtype)?;
+    let y = match (c.transposed, c.one_d) {
+        (false, false) => xt.conv2d(&wt, s.padding.0, s.stride.0, s.dilation.0, 1)?,
+        (false, true) => xt.conv1d(&wt, s.padding.1, s.stride.1, s.dilation.1, 1)?,
+        (true, false) => xt.conv_transpose2d(
+            &wt,
+            s.padding.0,
+            s.output_padding.0,
+            s.stride.0,
+            s.dilation.0,
+        )?,
+        (true, true) => xt.conv_transpose1d(
+            &wt,
+            s.padding.1,
+            s.output_padding.1,
+            s.stride.1,
+            s.dilation.1,
+            1,
+        )?,
+    };
+    let v: Vec<f64> = y.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?;
+    Ok(storage_from_f64(dtype, &v))
+}
+
+pub(super) fn run_conv(ctx: &mut Ctx) {
+    for (path, suffix) in [
+        (ConvPath::Im2col, "(im2col)"),
+        (ConvPath::Library, "(library)"),
+    ] {
+        ctx.dev.set_conv_path(path);
+        for dtype in storage_dtypes() {
+            let col = dtype.as_str();
+            for c in conv_cases() {
+                let op = match (c.transposed, c.one_d) {
+                    (false, false) => "conv2d",
+                    (false, true) => "conv1d",
+                    (true, false) => "conv_transpose2d",
+                    (true, true) => "conv_transpose1d",
+                };
+                let row = format!("{op} {suffix}");
+                let seed = case_seed(ctx.base, &[&row, col, c.name]);
+                let mut rng = Rng::new(seed);
+                let xl = c.x_layout();
+                let wl = Layout::contiguous(c.w_dims());
+                let x = gen(dtype, needed_len(&xl), Dist::General, &mut rng);
+                let w = gen(dtype, needed_len(&wl), Dist::General, &mut rng);
+                let (gx, gw) = (ctx.upload(&x), ctx.upload(&w));
+                let (ho, wo) = c.out_hw();
+                ctx.poison(c.spec.batch * c.spec.c_out * ho * wo * dtype.size_in_bytes());
+                let gpu = gpu_result(if c.transposed {
+                    gx.conv_transpose2d_with(&xl, &gw, &wl, &c.spec)
+                } else {
+                    gx.conv2d_with(&xl, &gw, &wl, &c.spec)
+                });
+                let library_dtype = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+                let expect_pass =
+                    is_gemm_dtype(dtype) && (path == ConvPath::Im2col || library_dtype);
+                let outcome = if expect_pass {
+                    let (xv, wv) = (logical_values(&x, &xl), logical_values(&w, &wl));
+                    let want = oracle(|| conv_oracle(&c, dtype, &xv, &wv));
+                    let reference = storage_from_f64(dtype, &conv_reference(&c, &xv, &wv));
+                    let terms = c.spec.c_in * c.spec.kernel.0 * c.spec.kernel.1;
+                    let (rtol, atol) = gemm_tol(dtype, terms, 16.0);
+                    judge_with(Expect::Pass, gpu, Some(want), Some(reference), &|g, w| {
+                        compare_tol(g, w, rtol, atol)
+                    })
+                } else {
+                    judge(Expect::TypedError, gpu, None, None, true)
+                };
+                ctx.matrix.record(&row, col, c.name, seed, outcome);
+            }
+        }
+    }
+    ctx.dev.set_conv_path(ConvPath::Auto);
+}
+
+/// Layouts GEMM cannot read are candle's `MatMulUnexpectedStriding`, as on the CPU; a device
+/// or dtype mismatch is candle's own error too. Nothing is launched for them.
+pub(super) fn check_matmul_rejections(dev: &RocmDevice) {
+    let a = dev
+        .zeros_impl(&Shape::from((2, 3, 3, 4)), DType::F32)
+        .unwrap();
+    let b = dev
+        .zeros_impl(&Shape::from((2, 3, 4, 5)), DType::F32)
+        .unwrap();
+    // A permuted batch (batch dims that do not nest).
+    let lhs = Layout::contiguous((3, 2, 3, 4)).transpose(0, 1).unwrap();
+    let e = a
+        .matmul(&b, (6, 3, 5, 4), &lhs, &Layout::contiguous((2, 3, 4, 5)))
+        .unwrap_err();
+    assert!(
+        matches!(e, candle_core::Error::MatMulUnexpectedStriding(_)),
+        "{e}"
+    );
+    // A broadcast column inside the matrix.
+    let lhs = strided(&[3, 4], &[0, 1], 0);
+    let e = a
+        .matmul(&b, (1, 3, 5, 4), &lhs, &Layout::contiguous((4, 5)))
+        .unwrap_err();
+    assert!(
+        matches!(e, candle_core::Error::MatMulUnexpectedStriding(_)),
+        "{e}"
+    );
+    // A view past the end of its buffer is a typed error, not an out-of-bounds read.
+    let e = a
+        .matmul(
+            &b,
+            (1, 3, 5, 4),
+            &Layout::contiguous_with_offset((3, 4), 70),
+            &Layout::contiguous((4, 5)),
+        )
+        .unwrap_err();
+    assert!(RocmError::from_candle(&e).is_some(), "{e}");
+    // dtype mismatch
+    let h = dev.zeros_impl(&Shape::from((4, 5)), DType::F16).unwrap();
+    let e = a
+        .matmul(
+            &h,
+            (1, 3, 5, 4),
+            &Layout::contiguous((3, 4)),
+            &Layout::contiguous((4, 5)),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, candle_core::Error::DTypeMismatchBinaryOp { .. }),
+        "{e}"
+    );
+}

@@ -1,0 +1,207 @@
+//! Tier-2 tests: against the real MIOpen library (ROCm 6.4, Debian's packages), on a machine
+//! without an AMD GPU.
+//!
+//! The tests marked `#[ignore]` need the ROCm libraries; `cargo xtask test` runs them with
+//! `--ignored`, under the loader those libraries need (`sid-run` for the Debian packages). They
+//! read:
+//!
+//! * `HIP_CORE_ROCM_LIB_DIR`, else `$ROCM_PATH/lib`, else `/opt/rocm/lib`: the directory holding
+//!   `libMIOpen.so.1` (the symbol-table test reads the file there);
+//! * `ROCM_PATH`, as miopen-safe itself does, to open the library (the host-only call tests);
+//! * `HIP_PLATFORM`: unset or `amd`.
+//!
+//! What works without a GPU (found here): loading MIOpen, `miopenGetVersion`, creating and
+//! setting tensor, convolution and pooling descriptors, and `miopenGetConvolutionNdForwardOutputDim`
+//! / `miopenGetPoolingNdForwardOutputDim`. A handle does not: `miopenCreateWithStream` fails
+//! with `miopenStatusUnknownError` ("No device"), and hip-core gives no stream without a device.
+
+use std::path::{Path, PathBuf};
+
+use object::read::elf::ElfFile64;
+use object::{Object, ObjectSymbol};
+
+use miopen_safe::{
+    conv_forward_output_dims, library_conv_forward_output_dims, library_pool_forward_output_dims,
+    pool_forward_output_dims, ConvParams,
+};
+
+/// The directory the tests take the ROCm libraries from.
+fn rocm_lib_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("HIP_CORE_ROCM_LIB_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(p) = std::env::var_os("ROCM_PATH").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p).join("lib");
+    }
+    PathBuf::from("/opt/rocm/lib")
+}
+
+/// The first of `sonames` present in the library directory, with symlinks resolved.
+fn find_library(sonames: &[&str]) -> PathBuf {
+    let dir = rocm_lib_dir();
+    for name in sonames {
+        let path = dir.join(name);
+        if path.exists() {
+            return std::fs::canonicalize(&path)
+                .unwrap_or_else(|e| panic!("resolving {}: {e}", path.display()));
+        }
+    }
+    panic!(
+        "{} holds none of {}: set HIP_CORE_ROCM_LIB_DIR (or ROCM_PATH, whose lib/ is used) to \
+         the directory of the ROCm 6.4 libraries, or run `cargo xtask test`",
+        dir.display(),
+        sonames.join(", ")
+    );
+}
+
+/// The functions a shared library defines in its dynamic symbol table.
+fn exported_functions(path: &Path) -> std::collections::HashSet<String> {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let file = ElfFile64::<object::Endianness>::parse(&*data)
+        .unwrap_or_else(|e| panic!("{} is not a 64-bit ELF file: {e}", path.display()));
+    file.dynamic_symbols()
+        .filter(|s| s.is_definition())
+        .filter_map(|s| s.name().ok().map(str::to_string))
+        .collect()
+}
+
+/// Fails with the fix when the AMD platform was not chosen.
+fn assert_amd_platform() {
+    match hip_core::platform() {
+        Ok(hip_core::Platform::Amd) => {}
+        Ok(other) => panic!("hip-core chose the {other} platform; run with HIP_PLATFORM=amd"),
+        Err(e) => panic!(
+            "the HIP runtime did not load: {e}\n(ROCM_PATH={:?}; the test binary must run under a \
+             loader that can open the ROCm libraries, e.g. sid-run)",
+            std::env::var_os("ROCM_PATH")
+        ),
+    }
+}
+
+#[test]
+#[ignore = "needs the ROCm libraries: run `cargo xtask test`"]
+fn miopen_exports_every_function_of_the_table() {
+    let path = find_library(miopen_safe::raw::MIOPEN_SONAMES);
+    let exported = exported_functions(&path);
+    let functions = miopen_safe::sys::miopen::FUNCTIONS;
+    let missing: Vec<&str> = functions
+        .iter()
+        .copied()
+        .filter(|f| !exported.contains(*f))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} does not export {} (of the {} functions in the bindings' table)",
+        path.display(),
+        missing.join(", "),
+        functions.len()
+    );
+    println!(
+        "{}: all {} functions of the table are exported",
+        path.display(),
+        functions.len()
+    );
+}
+
+#[test]
+#[ignore = "needs the ROCm libraries: run `cargo xtask test`"]
+fn library_loads_and_reports_its_version_without_a_gpu() {
+    assert_amd_platform();
+    let v = miopen_safe::library_version().unwrap_or_else(|e| panic!("{e}"));
+    println!("{v}");
+    assert!(v.starts_with("MIOpen 3."), "{v}");
+    // Every table entry resolved in the opened library.
+    let t = miopen_safe::raw::miopen().unwrap();
+    assert!(t.miopenCreateWithStream.is_ok() && t.miopenFindConvolutionForwardAlgorithm.is_ok());
+}
+
+fn params(padding: &[usize], stride: &[usize], dilation: &[usize], groups: usize) -> ConvParams {
+    ConvParams {
+        padding: padding.to_vec(),
+        stride: stride.to_vec(),
+        dilation: dilation.to_vec(),
+        groups,
+    }
+}
+
+/// Compares MIOpen's `miopenGetConvolutionNdForwardOutputDim` with our formula.
+fn compare_conv(x: &[usize], w: &[usize], p: &ConvParams) -> bool {
+    let Ok(ours) = conv_forward_output_dims(x, w, p) else {
+        return false;
+    };
+    let lib = library_conv_forward_output_dims(x, w, p)
+        .unwrap_or_else(|e| panic!("x {x:?} w {w:?} {p:?}: {e}"));
+    assert_eq!(lib, ours, "x {x:?} w {w:?} {p:?}");
+    true
+}
+
+#[test]
+#[ignore = "needs the ROCm libraries: run `cargo xtask test`"]
+fn host_only_conv_output_dims_match_our_formula() {
+    assert_amd_platform();
+    let mut checked = 0usize;
+    // 1-d (run as 2-d with a unit height) and 2-d with independent parameters per dim.
+    for input in [1usize, 2, 3, 5, 8, 13] {
+        for k in 1..=4usize {
+            for pad in 0..=2usize {
+                for stride in 1..=3usize {
+                    for dil in 1..=3usize {
+                        for (c, g) in [(6usize, 1usize), (6, 3)] {
+                            let p1 = params(&[pad], &[stride], &[dil], g);
+                            checked +=
+                                compare_conv(&[2, c, input], &[4 * g, c / g, k], &p1) as usize;
+                            let p2 = params(&[pad, 2 - pad], &[stride, 4 - stride], &[dil, 1], g);
+                            checked += compare_conv(
+                                &[2, c, input, input + 4],
+                                &[4 * g, c / g, k, 5 - k],
+                                &p2,
+                            ) as usize;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // 3-d.
+    for input in [3usize, 6, 9] {
+        for k in 1..=3usize {
+            for stride in 1..=2usize {
+                let p3 = params(&[1, 0, 2], &[stride, 1, 2], &[1, 2, 1], 2);
+                checked += compare_conv(&[1, 4, input, input + 1, input + 2], &[6, 2, k, 2, k], &p3)
+                    as usize;
+            }
+        }
+    }
+    println!("{checked} convolution shapes: MIOpen's output dims equal ours");
+    assert!(checked > 500, "only {checked} valid shapes in the grid");
+}
+
+#[test]
+#[ignore = "needs the ROCm libraries: run `cargo xtask test`"]
+fn host_only_pool_output_dims_match_our_formula() {
+    assert_amd_platform();
+    let mut checked = 0usize;
+    for input in 1..=9usize {
+        for k in 1..=4usize {
+            for pad in 0..k {
+                for stride in 1..=3usize {
+                    for x in [vec![2, 3, input], vec![1, 2, input, input + 2]] {
+                        let s = x.len() - 2;
+                        let (win, padv, strv) = (vec![k; s], vec![pad; s], vec![stride; s]);
+                        let Ok(ours) = pool_forward_output_dims(&x, &win, &padv, &strv) else {
+                            continue;
+                        };
+                        let lib = library_pool_forward_output_dims(&x, &win, &padv, &strv)
+                            .unwrap_or_else(|e| {
+                                panic!("{x:?} k {k} pad {pad} stride {stride}: {e}")
+                            });
+                        assert_eq!(lib, ours, "{x:?} k {k} pad {pad} stride {stride}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("{checked} pooling shapes: MIOpen's output dims equal ours");
+    assert!(checked > 200, "only {checked} valid shapes in the grid");
+}
