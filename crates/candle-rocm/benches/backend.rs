@@ -7,6 +7,10 @@
 //!   32 x (2048 x 128) x (128 x 2048) in bf16/f16 through `BackendStorage::matmul`, beside the
 //!   same GEMM called directly through rocblas-safe (throughput = FLOPs, 2 m n k per matrix).
 //!
+//! * `conv2d_resnet50`: a ResNet-50 layer (batch 32, 64 -> 64 channels, 56 x 56, 3 x 3,
+//!   padding 1) in f32 and f16 through `RocmStorage::conv2d_with` on the library path and on the
+//!   im2col path, beside the same convolution called directly through miopen-safe.
+//!
 //! On a GPU machine: `cargo bench -p candle-rocm --no-default-features --bench backend -- --warm-up-time 1 --measurement-time 2`
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
@@ -168,5 +172,85 @@ fn matmul(c: &mut Criterion) {
     bench_matmul::<half::f16>(c, &dev, DType::F16, attn, "attention_32x2048x128x2048_f16");
 }
 
-criterion_group!(benches, host_overhead, matmul);
+fn bench_conv<T: GemmElement + miopen_safe::ConvElement>(
+    c: &mut Criterion,
+    dev: &RocmDevice,
+    dtype: DType,
+    name: &str,
+) {
+    use candle_rocm::{Conv2dSpec, ConvPath};
+    let spec = Conv2dSpec {
+        batch: 32,
+        c_in: 64,
+        c_out: 64,
+        input: (56, 56),
+        kernel: (3, 3),
+        padding: (1, 1),
+        stride: (1, 1),
+        dilation: (1, 1),
+        output_padding: (0, 0),
+    };
+    let (xl, wl) = (
+        Layout::contiguous((32, 64, 56, 56)),
+        Layout::contiguous((64, 64, 3, 3)),
+    );
+    let x = dev.rand_uniform(xl.shape(), dtype, -1.0, 1.0).unwrap();
+    let w = dev.rand_uniform(wl.shape(), dtype, -1.0, 1.0).unwrap();
+    let handle = miopen_safe::Handle::new(dev.stream()).unwrap();
+    let params = miopen_safe::ConvParams {
+        padding: vec![1, 1],
+        stride: vec![1, 1],
+        dilation: vec![1, 1],
+        groups: 1,
+    };
+    let xs = miopen_safe::TensorShape::contiguous(vec![32, 64, 56, 56]);
+    let ws = miopen_safe::TensorShape::contiguous(vec![64, 64, 3, 3]);
+    let ys = miopen_safe::TensorShape::contiguous(vec![32, 64, 56, 56]);
+    let mut y = dev.stream().alloc::<T>(32 * 64 * 56 * 56).unwrap();
+    let (xb, wb) = (buffer::<T>(&x), buffer::<T>(&w));
+    let flops = 2u64 * 32 * 64 * 56 * 56 * 64 * 9;
+    let mut g = c.benchmark_group(format!("conv2d_resnet50_{name}"));
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(flops));
+    g.bench_function("reference_miopen_safe_conv_forward", |bch| {
+        bch.iter_custom(|it| {
+            gpu_time(dev, it, || {
+                handle
+                    .conv_forward(
+                        &xs,
+                        &xb.as_slice(),
+                        &ws,
+                        &wb.as_slice(),
+                        &params,
+                        &ys,
+                        &mut y.as_mut_slice(),
+                    )
+                    .unwrap()
+            })
+        })
+    });
+    for (path, label) in [
+        (ConvPath::Library, "candle_rocm_conv2d_library"),
+        (ConvPath::Im2col, "candle_rocm_conv2d_im2col"),
+    ] {
+        dev.set_conv_path(path);
+        g.bench_function(label, |bch| {
+            bch.iter_custom(|it| {
+                gpu_time(dev, it, || {
+                    std::hint::black_box(x.conv2d_with(&xl, &w, &wl, &spec).unwrap());
+                })
+            })
+        });
+    }
+    dev.set_conv_path(ConvPath::Auto);
+    g.finish();
+}
+
+fn conv(c: &mut Criterion) {
+    let Some(dev) = device() else { return };
+    bench_conv::<f32>(c, &dev, DType::F32, "f32");
+    bench_conv::<half::f16>(c, &dev, DType::F16, "f16");
+}
+
+criterion_group!(benches, host_overhead, matmul, conv);
 criterion_main!(benches);

@@ -37,6 +37,10 @@ fn matrix_storage(
     row_stride: usize,
     col_stride: usize,
 ) -> Option<Storage> {
+    if rows == 0 || cols == 0 {
+        // No element is read: any strides (candle gives 0 strides next to an empty dim).
+        return Some(Storage::RowMajor(cols.max(1)));
+    }
     if (col_stride == 1 || cols <= 1) && (rows <= 1 || row_stride >= cols.max(1)) {
         let ld = if rows <= 1 { cols.max(1) } else { row_stride };
         return Some(Storage::RowMajor(ld));
@@ -281,6 +285,21 @@ mod tests {
             &ok
         )));
         assert!(is_striding(cfg((1, 1, 5, 4), &Layout::contiguous(4), &ok)));
+    }
+
+    #[test]
+    fn empty_operands_take_any_strides() {
+        // candle strides (2, 3, 0) as [0, 0, 1] and (2, 0, 4) as [0, 4, 1].
+        let lhs = Layout::contiguous((2, 3, 0));
+        let rhs = Layout::contiguous((2, 0, 4));
+        let c = cfg((2, 3, 4, 0), &lhs, &rhs).unwrap();
+        assert_eq!((c.m, c.n, c.k, c.batch), (4, 3, 0, 2));
+        let c = cfg(
+            (2, 0, 4, 3),
+            &Layout::contiguous((2, 0, 3)),
+            &Layout::contiguous((2, 3, 4)),
+        );
+        assert!(c.is_ok());
     }
 
     #[test]

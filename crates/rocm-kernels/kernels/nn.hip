@@ -7,7 +7,8 @@
 //   rope_{T}, rope_i_{T}, rope_thd_{T}(b, h_or_t, t_or_h, d, cs_stride_b, src, cos, sin, dst):
 //       rotary embeddings, see below.
 // The row ops run one block per row (grid-stride over rows; blockDim.x a multiple of warpSize,
-// at most 1024), threads striding over the columns, then warp shuffles and shared memory.
+// at most 1024), threads striding over the columns, then warp shuffles and shared memory; rows
+// of at most 16 (layer_norm: 8) blockDim.x elements are read once (kept in registers).
 // Math runs in f32 for f16/bf16/f32 and in f64 for f64, rounded once at the end (candle-nn
 // rounds the intermediate results of f16/bf16 softmax and rms_norm to the type: results may
 // differ in the last bits).
@@ -46,11 +47,122 @@ struct nn_max {
     }
 };
 
+// Rows of at most NN_CACHE * blockDim.x elements (NN_CACHE_LN for layer_norm, which keeps more
+// live values) are read once: each thread keeps its elements (columns tid, tid + blockDim.x, ...)
+// in registers between the passes. The arithmetic, and the order of each thread's partial
+// sums, is the same as in the general loops.
+#define NN_CACHE 16
+#define NN_CACHE_LN 8
+
+template <typename T>
+__device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, u32 cols) {
+    typedef typename rk_compute<T>::type C;
+    const u32 tid = threadIdx.x, bd = blockDim.x;
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        T* outr = out + row * cols;
+        C v[NN_CACHE];
+        C m = nn_neg_inf(C());
+#pragma unroll
+        for (int k = 0; k < NN_CACHE; ++k) {
+            const u32 c = tid + (u32)k * bd;
+            v[k] = c < cols ? rk_to_compute(xr[c]) : nn_neg_inf(C());
+        }
+#pragma unroll
+        for (int k = 0; k < NN_CACHE; ++k) m = rk_fmax(m, v[k]);
+        m = nn_block_allreduce(m, nn_max());
+        C s = (C)0;
+#pragma unroll
+        for (int k = 0; k < NN_CACHE; ++k) {
+            if (tid + (u32)k * bd < cols) {
+                v[k] = rk_exp(v[k] - m);
+                s += v[k];
+            }
+        }
+        s = nn_block_allreduce(s, nn_add());
+#pragma unroll
+        for (int k = 0; k < NN_CACHE; ++k) {
+            const u32 c = tid + (u32)k * bd;
+            if (c < cols) outr[c] = rk_from_compute<T>(v[k] / s);
+        }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T* out, u64 rows,
+                                                   u32 cols, float eps) {
+    typedef typename rk_compute<T>::type C;
+    const u32 tid = threadIdx.x, bd = blockDim.x;
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        T* outr = out + row * cols;
+        C v[NN_CACHE];
+#pragma unroll
+        for (int k = 0; k < NN_CACHE; ++k) {
+            const u32 c = tid + (u32)k * bd;
+            v[k] = c < cols ? rk_to_compute(xr[c]) : (C)0;
+        }
+        C s2 = (C)0;
+#pragma unroll
+        for (int k = 0; k < NN_CACHE; ++k) s2 += v[k] * v[k];
+        s2 = nn_block_allreduce(s2, nn_add());
+        const C m = rk_sqrt(s2 / (C)cols + (C)eps);
+#pragma unroll
+        for (int k = 0; k < NN_CACHE; ++k) {
+            const u32 c = tid + (u32)k * bd;
+            if (c < cols) outr[c] = rk_from_compute<T>(v[k] / m * rk_to_compute(alpha[c]));
+        }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void nn_layer_norm_cached(const T* x, const T* alpha, const T* beta,
+                                                     T* out, u64 rows, u32 cols, float eps) {
+    typedef typename rk_compute<T>::type C;
+    const u32 tid = threadIdx.x, bd = blockDim.x;
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        T* outr = out + row * cols;
+        C v[NN_CACHE_LN];
+#pragma unroll
+        for (int k = 0; k < NN_CACHE_LN; ++k) {
+            const u32 c = tid + (u32)k * bd;
+            v[k] = c < cols ? rk_to_compute(xr[c]) : (C)0;
+        }
+        C s = (C)0;
+#pragma unroll
+        for (int k = 0; k < NN_CACHE_LN; ++k) s += v[k];
+        const C mean = nn_block_allreduce(s, nn_add()) / (C)cols;
+        C s2 = (C)0;
+#pragma unroll
+        for (int k = 0; k < NN_CACHE_LN; ++k) {
+            if (tid + (u32)k * bd < cols) {
+                const C dv = v[k] - mean;
+                s2 += dv * dv;
+            }
+        }
+        const C var = nn_block_allreduce(s2, nn_add()) / (C)cols;
+        const C inv_std = (C)1 / rk_sqrt(var + (C)eps);
+#pragma unroll
+        for (int k = 0; k < NN_CACHE_LN; ++k) {
+            const u32 c = tid + (u32)k * bd;
+            if (c < cols) {
+                const C y = (v[k] - mean) * inv_std;
+                outr[c] = rk_from_compute<T>(y * rk_to_compute(alpha[c]) + rk_to_compute(beta[c]));
+            }
+        }
+    }
+}
+
 // softmax(x)_j = exp(x_j - max) / sum_k exp(x_k - max), max ignoring NaNs (a NaN in the row
 // still makes the sum, hence the whole row, NaN, as in Candle).
 template <typename T>
 __device__ __forceinline__ void nn_softmax(const T* x, T* out, u64 rows, u64 cols) {
     typedef typename rk_compute<T>::type C;
+    if (cols <= (u64)NN_CACHE * blockDim.x) {
+        nn_softmax_cached<T>(x, out, rows, (u32)cols);
+        return;
+    }
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
@@ -69,6 +181,10 @@ template <typename T>
 __device__ __forceinline__ void nn_rms_norm(const T* x, const T* alpha, T* out, u64 rows,
                                             u64 cols, float eps) {
     typedef typename rk_compute<T>::type C;
+    if (cols <= (u64)NN_CACHE * blockDim.x) {
+        nn_rms_norm_cached<T>(x, alpha, out, rows, (u32)cols, eps);
+        return;
+    }
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
@@ -90,6 +206,10 @@ template <typename T>
 __device__ __forceinline__ void nn_layer_norm(const T* x, const T* alpha, const T* beta, T* out,
                                               u64 rows, u64 cols, float eps) {
     typedef typename rk_compute<T>::type C;
+    if (cols <= (u64)NN_CACHE_LN * blockDim.x) {
+        nn_layer_norm_cached<T>(x, alpha, beta, out, rows, (u32)cols, eps);
+        return;
+    }
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;

@@ -219,6 +219,10 @@ __device__ __forceinline__ typename Op::V rd_block_reduce(typename Op::V v) {
     return v;
 }
 
+// Independent accumulators per thread in the contiguous block loop (r + 7 * blockDim.x stays
+// below 2^32 for the u32 index path: red_numel < 2^31, blockDim.x <= 1024).
+#define RD_UNROLL 8
+
 // One block per output element (grid-stride over outputs).
 template <typename T, typename Op, typename I, typename O>
 __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_layout& l,
@@ -226,8 +230,31 @@ __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_
     for (u64 o = blockIdx.x; o < out_numel; o += gridDim.x) {
         const u64 base = l.base(o, red_numel);
         typename Op::V acc = Op::identity();
-        for (I r = (I)threadIdx.x; r < (I)red_numel; r += (I)blockDim.x)
-            acc = Op::combine(acc, Op::make(inp[base + l.red<I>(r)], (u32)r));
+        if (l.info == nullptr) {
+            // Contiguous rows: RD_UNROLL independent accumulators keep RD_UNROLL loads in
+            // flight per thread (combine is associative and commutative, see rd_minmax).
+            const T* p = inp + base;
+            const I bd = (I)blockDim.x;
+            typename Op::V a[RD_UNROLL];
+#pragma unroll
+            for (int k = 0; k < RD_UNROLL; ++k) a[k] = Op::identity();
+            I r = (I)threadIdx.x;
+            for (; r + (RD_UNROLL - 1) * bd < (I)red_numel; r += RD_UNROLL * bd) {
+                T x[RD_UNROLL];
+#pragma unroll
+                for (int k = 0; k < RD_UNROLL; ++k) x[k] = p[r + (I)k * bd];
+#pragma unroll
+                for (int k = 0; k < RD_UNROLL; ++k)
+                    a[k] = Op::combine(a[k], Op::make(x[k], (u32)(r + (I)k * bd)));
+            }
+            for (; r < (I)red_numel; r += bd) a[0] = Op::combine(a[0], Op::make(p[r], (u32)r));
+#pragma unroll
+            for (int k = 1; k < RD_UNROLL; ++k) a[0] = Op::combine(a[0], a[k]);
+            acc = a[0];
+        } else {
+            for (I r = (I)threadIdx.x; r < (I)red_numel; r += (I)blockDim.x)
+                acc = Op::combine(acc, Op::make(inp[base + l.red<I>(r)], (u32)r));
+        }
         acc = rd_block_reduce<Op>(acc);
         if (threadIdx.x == 0) Op::write(l, inp, base, o, acc, out);
     }

@@ -32,6 +32,10 @@ use crate::error::{Error, Result};
 
 /// Largest block of the row kernels.
 const MAX_ROW_BLOCK: usize = 1024;
+/// Elements per thread softmax and rms_norm keep in registers (`NN_CACHE` in kernels/nn.hip).
+const ROW_CACHE: usize = 16;
+/// Elements per thread layer_norm keeps in registers (`NN_CACHE_LN`).
+const ROW_CACHE_LAYER_NORM: usize = 8;
 /// Threads per block of the rope kernels.
 const ROPE_BLOCK: u32 = 256;
 /// Rope launches use at most this many blocks per multiprocessor.
@@ -76,16 +80,32 @@ fn check_dst(op: &str, len: usize, numel: usize) -> Result<()> {
 }
 
 /// One block per row (grid-stride over rows): a power-of-two block, a multiple of the warp
-/// size, about one thread per 4 columns.
-fn row_config(stream: &Stream, rows: usize, cols: usize) -> LaunchConfig {
+/// size, about one thread per `per_thread` columns, and at most what the kernel can be launched
+/// with (`max_threads`, which its register use may bring below 1024).
+fn row_config(
+    stream: &Stream,
+    rows: usize,
+    cols: usize,
+    per_thread: usize,
+    max_threads: u32,
+) -> LaunchConfig {
     let warp = match stream.device().properties().warp_size {
         0 => 64,
         w => w as usize,
     };
+    // The largest power of two the kernel allows (never below one warp).
+    let limit = match max_threads as usize {
+        0 => MAX_ROW_BLOCK,
+        m => 1usize << (usize::BITS - 1 - m.leading_zeros()),
+    }
+    .min(MAX_ROW_BLOCK)
+    .max(warp);
+    // About `per_thread` elements per thread: rows up to `per_thread` * threads columns are
+    // then held in registers (one read); longer rows take the block-strided loops.
     let threads = cols
-        .div_ceil(4)
+        .div_ceil(per_thread)
         .next_power_of_two()
-        .clamp(warp, MAX_ROW_BLOCK.max(warp));
+        .clamp(warp, limit);
     LaunchConfig {
         grid: [rows.min(65_535) as u32, 1, 1],
         block: [threads as u32, 1, 1],
@@ -126,12 +146,21 @@ pub fn softmax_last_dim<T: KernelDType>(
     // (<= src.len(), checked) and writes out[0..rows * cols) (== dst.len()); blocks are
     // multiples of the warp size, as its shuffles need.
     unsafe {
-        f.builder(stream, row_config(stream, rows, cols))
-            .arg(src)
-            .arg(&mut *dst)
-            .arg(rows as u64)
-            .arg(cols as u64)
-            .launch()?;
+        f.builder(
+            stream,
+            row_config(
+                stream,
+                rows,
+                cols,
+                ROW_CACHE,
+                f.attributes().max_threads_per_block,
+            ),
+        )
+        .arg(src)
+        .arg(&mut *dst)
+        .arg(rows as u64)
+        .arg(cols as u64)
+        .launch()?;
     }
     Ok(())
 }
@@ -157,14 +186,23 @@ pub fn rms_norm<T: KernelDType>(
     // float eps); it reads x[0..rows * cols) and alpha[0..cols) (checked against the view
     // lengths) and writes out[0..rows * cols) (== dst.len()); warp-multiple blocks.
     unsafe {
-        f.builder(stream, row_config(stream, rows, cols))
-            .arg(src)
-            .arg(alpha)
-            .arg(&mut *dst)
-            .arg(rows as u64)
-            .arg(cols as u64)
-            .arg(eps)
-            .launch()?;
+        f.builder(
+            stream,
+            row_config(
+                stream,
+                rows,
+                cols,
+                ROW_CACHE,
+                f.attributes().max_threads_per_block,
+            ),
+        )
+        .arg(src)
+        .arg(alpha)
+        .arg(&mut *dst)
+        .arg(rows as u64)
+        .arg(cols as u64)
+        .arg(eps)
+        .launch()?;
     }
     Ok(())
 }
@@ -194,15 +232,24 @@ pub fn layer_norm<T: KernelDType>(
     // u64 cols, float eps); it reads x[0..rows * cols), alpha[0..cols), beta[0..cols) (checked)
     // and writes out[0..rows * cols) (== dst.len()); warp-multiple blocks.
     unsafe {
-        f.builder(stream, row_config(stream, rows, cols))
-            .arg(src)
-            .arg(alpha)
-            .arg(beta)
-            .arg(&mut *dst)
-            .arg(rows as u64)
-            .arg(cols as u64)
-            .arg(eps)
-            .launch()?;
+        f.builder(
+            stream,
+            row_config(
+                stream,
+                rows,
+                cols,
+                ROW_CACHE_LAYER_NORM,
+                f.attributes().max_threads_per_block,
+            ),
+        )
+        .arg(src)
+        .arg(alpha)
+        .arg(beta)
+        .arg(&mut *dst)
+        .arg(rows as u64)
+        .arg(cols as u64)
+        .arg(eps)
+        .launch()?;
     }
     Ok(())
 }

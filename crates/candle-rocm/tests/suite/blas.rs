@@ -8,31 +8,70 @@
 //! candle, so the GPU side runs `RocmStorage::conv2d_with` / `conv_transpose2d_with` (what the
 //! trait methods call after reading candle's params) and the oracle is candle's Tensor-level
 //! convolution on the CPU (same dtype), with an f64 direct-loop reference beside it.
-//! Tolerances: the dtype's relative tolerance plus `2 k eps` of the accumulation type times the
-//! largest product, `k` the number of summed terms.
+//! Tolerances: the classic error bound of a sum of products (`compare_bound`), relative to
+//! the sum of |products| of each output element.
 
 use super::*;
 use candle_core::{Device, Tensor};
 use candle_rocm::{Conv2dSpec, ConvPath};
 
-fn accumulation_eps(dtype: DType) -> f64 {
-    if dtype == DType::F64 {
-        f64::EPSILON
-    } else {
-        f32::EPSILON as f64
+/// Unit roundoff of the storage dtype (each stored intermediate or output rounds once).
+fn unit_roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => 2f64.powi(-8),
+        DType::F16 => 2f64.powi(-11),
+        DType::F32 => 2f64.powi(-24),
+        _ => 2f64.powi(-53),
     }
 }
 
-fn gemm_tol(dtype: DType, terms: usize, max_product: f64) -> (f64, f64) {
-    let rtol = match dtype {
-        DType::BF16 => 8e-3,
-        DType::F16 => 1e-3,
-        d => tolerance(d),
+/// Compares element-wise against an f64 result with the classic bound for a sum of products:
+/// `|got - want| <= (terms * u_acc + 3 * u_dtype) * sum |a_i b_i| + u_dtype * |want|`
+/// (accumulation in f32, or f64 for f64, plus up to three roundings to the dtype: the inputs of
+/// a second stage, e.g. the column buffer of a transposed convolution, and the output).
+fn compare_bound(
+    got: &CpuStorage,
+    want: &[f64],
+    abs_sums: &[f64],
+    terms: usize,
+) -> Result<(), String> {
+    let dtype = got.dtype();
+    let g = values_f64(got);
+    if g.len() != want.len() {
+        return Err(format!("{} elements, expected {}", g.len(), want.len()));
+    }
+    let u_acc = if dtype == DType::F64 {
+        2f64.powi(-53)
+    } else {
+        2f64.powi(-24)
     };
-    (
-        rtol,
-        2.0 * terms.max(1) as f64 * accumulation_eps(dtype) * max_product,
-    )
+    let u = unit_roundoff(dtype);
+    let bound =
+        |i: usize| (terms.max(1) as f64 * u_acc + 3.0 * u) * abs_sums[i] + u * want[i].abs();
+    let bad: Vec<usize> = (0..g.len())
+        .filter(|&i| (g[i] - want[i]).abs() > bound(i) || g[i].is_nan() != want[i].is_nan())
+        .collect();
+    match bad.first() {
+        None => Ok(()),
+        Some(&i) => Err(format!(
+            "{} of {} elements exceed the error bound; first at {i}: got {}, expected {} \
+             (bound {:e}, sum of |terms| {})",
+            bad.len(),
+            g.len(),
+            g[i],
+            want[i],
+            bound(i),
+            abs_sums[i]
+        )),
+    }
+}
+
+/// The error inside candle's backtrace wrapper.
+fn unwrapped(e: &candle_core::Error) -> &candle_core::Error {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => unwrapped(inner),
+        e => e,
+    }
 }
 
 fn is_gemm_dtype(dtype: DType) -> bool {
@@ -140,23 +179,27 @@ fn matmul_cases() -> Vec<MCase> {
     ]
 }
 
-/// The f64 product of the logical values, rounded once to `dtype`.
-fn matmul_reference(dtype: DType, c: &MCase, lhs: &CpuStorage, rhs: &CpuStorage) -> CpuStorage {
+/// The f64 product of the logical values and, per element, the sum of |products|.
+fn matmul_reference(c: &MCase, lhs: &CpuStorage, rhs: &CpuStorage) -> (Vec<f64>, Vec<f64>) {
     let (b, m, n, k) = c.bmnk;
     let (a, bb) = (logical_values(lhs, &c.lhs), logical_values(rhs, &c.rhs));
     let mut out = vec![0f64; b * m * n];
+    let mut abs = vec![0f64; b * m * n];
     for bi in 0..b {
         for i in 0..m {
             for j in 0..n {
-                let mut s = 0f64;
+                let (mut s, mut sa) = (0f64, 0f64);
                 for p in 0..k {
-                    s += a[(bi * m + i) * k + p] * bb[(bi * k + p) * n + j];
+                    let t = a[(bi * m + i) * k + p] * bb[(bi * k + p) * n + j];
+                    s += t;
+                    sa += t.abs();
                 }
                 out[(bi * m + i) * n + j] = s;
+                abs[(bi * m + i) * n + j] = sa;
             }
         }
     }
-    storage_from_f64(dtype, &out)
+    (out, abs)
 }
 
 pub(super) fn run_matmul(ctx: &mut Ctx) {
@@ -178,10 +221,12 @@ pub(super) fn run_matmul(ctx: &mut Ctx) {
                     cpu.storage_from_cpu_storage(&rhs).unwrap(),
                 );
                 let want = oracle(|| cl.matmul(&cr, c.bmnk, &c.lhs, &c.rhs));
-                let reference = matmul_reference(dtype, &c, &lhs, &rhs);
-                let (rtol, atol) = gemm_tol(dtype, c.bmnk.3, 16.0);
+                let (exact, abs) = matmul_reference(&c, &lhs, &rhs);
+                let k = c.bmnk.3;
+                let reference = storage_from_f64(dtype, &exact);
+                // The same bound around the oracle's result and around the exact product.
                 judge_with(Expect::Pass, gpu, Some(want), Some(reference), &|g, w| {
-                    compare_tol(g, w, rtol, atol)
+                    compare_bound(g, &values_f64(w), &abs, 2 * k)
                 })
             } else {
                 judge(Expect::TypedError, gpu, None, None, true)
@@ -401,13 +446,15 @@ impl CCase {
     }
 }
 
-/// f64 direct convolution of the logical values (contiguous NCHW input and kernel).
-fn conv_reference(c: &CCase, x: &[f64], w: &[f64]) -> Vec<f64> {
+/// f64 direct convolution of the logical values (contiguous NCHW input and kernel) and, per
+/// output element, the sum of |products|.
+fn conv_reference(c: &CCase, x: &[f64], w: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let s = &c.spec;
     let (ho, wo) = c.out_hw();
     let (hi, wi) = s.input;
     let (kh, kw) = s.kernel;
     let mut out = vec![0f64; s.batch * s.c_out * ho * wo];
+    let mut abs = vec![0f64; s.batch * s.c_out * ho * wo];
     for b in 0..s.batch {
         for ci in 0..s.c_in {
             for co in 0..s.c_out {
@@ -428,9 +475,11 @@ fn conv_reference(c: &CCase, x: &[f64], w: &[f64]) -> Vec<f64> {
                                     if oy < 0 || ox < 0 || oy as usize >= ho || ox as usize >= wo {
                                         continue;
                                     }
-                                    out[((b * s.c_out + co) * ho + oy as usize) * wo
-                                        + ox as usize] +=
-                                        x[((b * s.c_in + ci) * hi + iy) * wi + ix] * wv;
+                                    let o =
+                                        ((b * s.c_out + co) * ho + oy as usize) * wo + ox as usize;
+                                    let t = x[((b * s.c_in + ci) * hi + iy) * wi + ix] * wv;
+                                    out[o] += t;
+                                    abs[o] += t.abs();
                                 }
                             }
                         } else {
@@ -443,9 +492,12 @@ fn conv_reference(c: &CCase, x: &[f64], w: &[f64]) -> Vec<f64> {
                                     if iy < 0 || ix < 0 || iy as usize >= hi || ix as usize >= wi {
                                         continue;
                                     }
-                                    out[((b * s.c_out + co) * ho + oy) * wo + ox] += x
+                                    let o = ((b * s.c_out + co) * ho + oy) * wo + ox;
+                                    let t = x
                                         [((b * s.c_in + ci) * hi + iy as usize) * wi + ix as usize]
                                         * wv;
+                                    out[o] += t;
+                                    abs[o] += t.abs();
                                 }
                             }
                         }
@@ -454,7 +506,7 @@ fn conv_reference(c: &CCase, x: &[f64], w: &[f64]) -> Vec<f64> {
             }
         }
     }
-    out
+    (out, abs)
 }
 
 /// candle's own CPU convolution (Tensor level, same dtype) of the logical values.
@@ -521,11 +573,11 @@ pub(super) fn run_conv(ctx: &mut Ctx) {
                 let outcome = if expect_pass {
                     let (xv, wv) = (logical_values(&x, &xl), logical_values(&w, &wl));
                     let want = oracle(|| conv_oracle(&c, dtype, &xv, &wv));
-                    let reference = storage_from_f64(dtype, &conv_reference(&c, &xv, &wv));
+                    let (exact, abs) = conv_reference(&c, &xv, &wv);
+                    let reference = storage_from_f64(dtype, &exact);
                     let terms = c.spec.c_in * c.spec.kernel.0 * c.spec.kernel.1;
-                    let (rtol, atol) = gemm_tol(dtype, terms, 16.0);
                     judge_with(Expect::Pass, gpu, Some(want), Some(reference), &|g, w| {
-                        compare_tol(g, w, rtol, atol)
+                        compare_bound(g, &values_f64(w), &abs, 2 * terms)
                     })
                 } else {
                     judge(Expect::TypedError, gpu, None, None, true)
@@ -552,7 +604,10 @@ pub(super) fn check_matmul_rejections(dev: &RocmDevice) {
         .matmul(&b, (6, 3, 5, 4), &lhs, &Layout::contiguous((2, 3, 4, 5)))
         .unwrap_err();
     assert!(
-        matches!(e, candle_core::Error::MatMulUnexpectedStriding(_)),
+        matches!(
+            unwrapped(&e),
+            candle_core::Error::MatMulUnexpectedStriding(_)
+        ),
         "{e}"
     );
     // A broadcast column inside the matrix.
@@ -561,7 +616,10 @@ pub(super) fn check_matmul_rejections(dev: &RocmDevice) {
         .matmul(&b, (1, 3, 5, 4), &lhs, &Layout::contiguous((4, 5)))
         .unwrap_err();
     assert!(
-        matches!(e, candle_core::Error::MatMulUnexpectedStriding(_)),
+        matches!(
+            unwrapped(&e),
+            candle_core::Error::MatMulUnexpectedStriding(_)
+        ),
         "{e}"
     );
     // A view past the end of its buffer is a typed error, not an out-of-bounds read.
@@ -585,7 +643,10 @@ pub(super) fn check_matmul_rejections(dev: &RocmDevice) {
         )
         .unwrap_err();
     assert!(
-        matches!(e, candle_core::Error::DTypeMismatchBinaryOp { .. }),
+        matches!(
+            unwrapped(&e),
+            candle_core::Error::DTypeMismatchBinaryOp { .. }
+        ),
         "{e}"
     );
 }

@@ -8,8 +8,9 @@ use hip_core::DeviceSlice;
 use rocm_kernels::nn;
 
 /// (rows, cols): single elements, short rows (1 to 3), rows that are not multiples of a block,
-/// long rows (8192), empty shapes.
-const ROW_CASES: [(usize, usize); 11] = [
+/// long rows (8192: kept in registers; 20001: longer than 16 x 1024, the block-strided loops),
+/// empty shapes.
+const ROW_CASES: [(usize, usize); 12] = [
     (1, 1),
     (3, 2),
     (7, 3),
@@ -19,6 +20,7 @@ const ROW_CASES: [(usize, usize); 11] = [
     (4, 1000),
     (3, 4099),
     (2, 8192),
+    (2, 20001),
     (0, 5),
     (5, 0),
 ];
@@ -171,7 +173,7 @@ fn nn_row_ops_all_float_dtypes() {
     row_ops_for::<f32>(&s, &mut pairs, &mut cases);
     row_ops_for::<f64>(&s, &mut pairs, &mut cases);
     println!(
-        "nn rows: {} (op, dtype) pairs over {cases} (rows, cols) cases up to 8192 cols: {}",
+        "nn rows: {} (op, dtype) pairs over {cases} (rows, cols) cases up to 20001 cols: {}",
         pairs.len(),
         pairs.join(" ")
     );
