@@ -90,8 +90,56 @@ template <typename T, bool MIN> struct rd_minmax {
         r.i = __shfl_xor(v.i, mask);
         return r;
     }
+    static __device__ __forceinline__ V to_pair(V v) { return v; }
 };
 
+
+// The same fold for element types of at most 32 bits, packed into one u64 key per candidate so
+// that combining is a single integer min/max: the high half is the value mapped to an unsigned
+// integer of the same order (floats: sign-magnitude to offset binary, with -0 mapped to +0 so
+// that equal values tie), the low half the index (min: the index, max: its complement), so the
+// smallest index wins ties. NaNs never become candidates; the identity is the key no element
+// can have (max: 0, the key of a negative NaN; min: all ones, a positive NaN).
+__device__ __forceinline__ u32 rd_order_key(float x) {
+    u32 b = (u32)__float_as_int(x);
+    if (b == 0x80000000u) b = 0u;  // -0 == +0
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ u32 rd_order_key(u32 x) { return x; }
+__device__ __forceinline__ u32 rd_order_key(i32 x) { return (u32)x ^ 0x80000000u; }
+
+template <typename T, bool MIN> struct rd_minmax_key {
+    typedef typename rd_cmp_type<T>::type C;
+    typedef unsigned long long V;
+    static __device__ __forceinline__ V identity() { return MIN ? ~0ull : 0ull; }
+    static __device__ __forceinline__ V make(T x, u32 i) {
+        const C c = (C)rk_to_compute(x);
+        if (rd_isnan(c)) return identity();
+        const V hi = (V)rd_order_key(c) << 32;
+        return hi | (V)(MIN ? i : ~i);
+    }
+    static __device__ __forceinline__ V combine(V a, V b) {
+        return MIN ? (b < a ? b : a) : (b > a ? b : a);
+    }
+    static __device__ __forceinline__ V shfl_xor(V v, int mask) { return __shfl_xor(v, mask); }
+    // Back to (value unused, index or RD_NONE) for rd_write_pair.
+    static __device__ __forceinline__ rd_pair<C> to_pair(V v) {
+        rd_pair<C> r;
+        r.v = (C)0;
+        r.i = v == identity() ? RD_NONE : (MIN ? (u32)v : ~(u32)v);
+        return r;
+    }
+};
+
+// Which min/max fold a type uses: the packed key for types of at most 32 bits, the pair
+// otherwise (f64, i64).
+template <typename T, bool MIN> struct rd_minmax_for { typedef rd_minmax_key<T, MIN> type; };
+template <bool MIN> struct rd_minmax_for<f64, MIN> {
+    typedef rd_minmax<f64, MIN> type;
+};
+template <bool MIN> struct rd_minmax_for<i64, MIN> {
+    typedef rd_minmax<i64, MIN> type;
+};
 
 // Offset of the `i`-th element (row-major) of `n` dims with `strides`; index type I.
 template <typename I>
@@ -152,11 +200,13 @@ __device__ __forceinline__ void rd_write_pair(const rd_layout& l, const T* inp, 
 
 // The ops as kernels use them: IDX says whether the index (argmin/argmax) or the element is
 // written.
-template <typename T, bool MIN, bool IDX> struct rd_extremum : rd_minmax<T, MIN> {
+template <typename T, bool MIN, bool IDX>
+struct rd_extremum : rd_minmax_for<T, MIN>::type {
+    typedef typename rd_minmax_for<T, MIN>::type Base;
     template <typename O>
     static __device__ __forceinline__ void write(const rd_layout& l, const T* inp, u64 base, u64 o,
-                                                 typename rd_minmax<T, MIN>::V acc, O* out) {
-        rd_write_pair<IDX>(l, inp, base, o, acc, out);
+                                                 typename Base::V acc, O* out) {
+        rd_write_pair<IDX>(l, inp, base, o, Base::to_pair(acc), out);
     }
 };
 template <typename T> struct rd_min_op : rd_extremum<T, true, false> {};
