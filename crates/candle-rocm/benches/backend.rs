@@ -9,7 +9,8 @@
 //!
 //! * `conv2d_resnet50`: a ResNet-50 layer (batch 32, 64 -> 64 channels, 56 x 56, 3 x 3,
 //!   padding 1) in f32 and f16 through `RocmStorage::conv2d_with` on the library path and on the
-//!   im2col path, beside the same convolution called directly through miopen-safe.
+//!   im2col path, beside the same convolution called directly through miopen-safe on the
+//!   device's own handle (so both use the algorithm one find step chose).
 //!
 //! On a GPU machine: `cargo bench -p candle-rocm --no-default-features --bench backend -- --warm-up-time 1 --measurement-time 2`
 #![allow(missing_docs)] // criterion_group! generates undocumented items
@@ -196,7 +197,10 @@ fn bench_conv<T: GemmElement + miopen_safe::ConvElement>(
     );
     let x = dev.rand_uniform(xl.shape(), dtype, -1.0, 1.0).unwrap();
     let w = dev.rand_uniform(wl.shape(), dtype, -1.0, 1.0).unwrap();
-    let handle = miopen_safe::Handle::new(dev.stream()).unwrap();
+    // The device's own handle: the direct call and candle-rocm's library path then use the
+    // algorithm the same find step chose, and the comparison measures only candle-rocm's
+    // overhead.
+    let handle = dev.miopen_handle().unwrap();
     let params = miopen_safe::ConvParams {
         padding: vec![1, 1],
         stride: vec![1, 1],
@@ -244,6 +248,12 @@ fn bench_conv<T: GemmElement + miopen_safe::ConvElement>(
     }
     dev.set_conv_path(ConvPath::Auto);
     g.finish();
+    if let Ok(Some(a)) = handle.conv_forward_algorithm::<T>(&xs, &ws, &params, &ys) {
+        println!(
+            "conv2d_resnet50_{name}: algorithm {} ({} bytes of workspace)",
+            a.name, a.workspace_bytes
+        );
+    }
 }
 
 fn conv(c: &mut Criterion) {

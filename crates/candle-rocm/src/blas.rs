@@ -42,6 +42,19 @@ impl RocmDevice {
             .map_err(|e| RocmError::library(op, "MIOpen", e).into())
     }
 
+    /// The device's rocBLAS (cuBLAS on NVIDIA) handle, bound to [`RocmDevice::stream`]: for
+    /// calling the library directly on this backend's buffers, ordered with its ops. Created
+    /// on first use; a library that cannot be loaded is a typed error naming it.
+    pub fn blas_handle(&self) -> Result<&rocblas_safe::Handle> {
+        self.blas("rocBLAS handle")
+    }
+
+    /// The device's MIOpen (cuDNN on NVIDIA) handle, bound to [`RocmDevice::stream`], with the
+    /// algorithm cache the library convolution path fills. Created on first use.
+    pub fn miopen_handle(&self) -> Result<&miopen_safe::Handle> {
+        self.dnn("MIOpen handle")
+    }
+
     /// Chooses how this device computes convolutions (see [`ConvPath`]); overrides the
     /// `CANDLE_ROCM_CONV` environment variable.
     pub fn set_conv_path(&self, path: ConvPath) {
