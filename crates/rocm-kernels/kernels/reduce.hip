@@ -310,6 +310,102 @@ __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_
     }
 }
 
+// min / max (not arg) of contiguous rows of f32, f16, bf16: a value-only fold (a float compare
+// per element). Candle's fold keeps the first of equal elements; equal floats have equal bits
+// except +0 and -0, so only a result of zero needs the first zero's bits, found by a second
+// (rare) pass. NaNs are never taken (comparisons with NaN are false), except that a NaN element
+// 0 is the result, as in rd_write_pair.
+template <bool MIN> __device__ __forceinline__ float rd_value_combine(float a, float b) {
+    return MIN ? (b < a ? b : a) : (b > a ? b : a);
+}
+
+// Block-wide fold whose result every thread gets.
+template <typename V, typename F> __device__ __forceinline__ V rd_block_allreduce(V v, F f) {
+    __shared__ V partial[32];
+    const int lane = (int)(threadIdx.x % warpSize);
+    const int warp = (int)(threadIdx.x / warpSize);
+    const int nwarps = (int)(blockDim.x / warpSize);
+    for (int m = warpSize / 2; m > 0; m >>= 1) v = f(v, (V)__shfl_xor(v, m));
+    if (nwarps > 1) {
+        if (lane == 0) partial[warp] = v;
+        __syncthreads();
+        v = partial[0];
+        for (int w = 1; w < nwarps; ++w) v = f(v, partial[w]);
+        __syncthreads();
+    }
+    return v;
+}
+
+template <typename T, bool MIN, typename I>
+__device__ __forceinline__ void rd_block_value(u64 out_numel, u64 red_numel, const T* inp, T* out) {
+    const float none = MIN ? __int_as_float(0x7f800000) : __int_as_float(0xff800000);
+    const I bd = (I)blockDim.x;
+    for (u64 o = blockIdx.x; o < out_numel; o += gridDim.x) {
+        const T* p = inp + o * red_numel;
+        float a[RD_UNROLL];
+#pragma unroll
+        for (int k = 0; k < RD_UNROLL; ++k) a[k] = none;
+        I r = (I)threadIdx.x;
+        for (; r + (RD_UNROLL - 1) * bd < (I)red_numel; r += RD_UNROLL * bd) {
+            T x[RD_UNROLL];
+#pragma unroll
+            for (int k = 0; k < RD_UNROLL; ++k) x[k] = p[r + (I)k * bd];
+#pragma unroll
+            for (int k = 0; k < RD_UNROLL; ++k) a[k] = rd_value_combine<MIN>(a[k], rk_to_compute(x[k]));
+        }
+        for (; r < (I)red_numel; r += bd) a[0] = rd_value_combine<MIN>(a[0], rk_to_compute(p[r]));
+#pragma unroll
+        for (int k = 1; k < RD_UNROLL; ++k) a[0] = rd_value_combine<MIN>(a[0], a[k]);
+        const float acc = rd_block_allreduce(a[0], [](float x, float y) { return rd_value_combine<MIN>(x, y); });
+        const T x0 = p[0];
+        if (rd_isnan(rk_to_compute(x0))) {
+            if (threadIdx.x == 0) out[o] = x0;
+        } else if (acc == 0.0f) {
+            // The first zero (+0 or -0) of the row.
+            u32 first = RD_NONE;
+            for (I j = (I)threadIdx.x; j < (I)red_numel; j += bd) {
+                if (rk_to_compute(p[j]) == 0.0f) {
+                    first = (u32)j;
+                    break;
+                }
+            }
+            first = rd_block_allreduce(first, [](u32 x, u32 y) { return y < x ? y : x; });
+            if (threadIdx.x == 0) out[o] = p[first];
+        } else if (threadIdx.x == 0) {
+            // Non-zero (or +-inf when nothing else is there): every element equal to it has
+            // these bits.
+            out[o] = rk_from_compute<T>(acc);
+        }
+    }
+}
+
+// Which block reductions take the value-only path on contiguous rows.
+template <typename Op> struct rd_value_path { enum { ok = 0, min = 0 }; };
+template <> struct rd_value_path<rd_min_op<f32> > { enum { ok = 1, min = 1 }; };
+template <> struct rd_value_path<rd_max_op<f32> > { enum { ok = 1, min = 0 }; };
+template <> struct rd_value_path<rd_min_op<f16> > { enum { ok = 1, min = 1 }; };
+template <> struct rd_value_path<rd_max_op<f16> > { enum { ok = 1, min = 0 }; };
+template <> struct rd_value_path<rd_min_op<bf16> > { enum { ok = 1, min = 1 }; };
+template <> struct rd_value_path<rd_max_op<bf16> > { enum { ok = 1, min = 0 }; };
+
+template <typename T, typename Op, typename I, typename O, int VALUE = rd_value_path<Op>::ok>
+struct rd_block_dispatch {
+    static __device__ __forceinline__ void run(u64 out_numel, u64 red_numel, const rd_layout& l,
+                                               const T* inp, O* out) {
+        rd_block<T, Op, I>(out_numel, red_numel, l, inp, out);
+    }
+};
+template <typename T, typename Op, typename I, typename O>
+struct rd_block_dispatch<T, Op, I, O, 1> {
+    static __device__ __forceinline__ void run(u64 out_numel, u64 red_numel, const rd_layout& l,
+                                               const T* inp, O* out) {
+        if (l.info == nullptr)
+            rd_block_value<T, rd_value_path<Op>::min != 0, I>(out_numel, red_numel, inp, out);
+        else
+            rd_block<T, Op, I>(out_numel, red_numel, l, inp, out);
+    }
+};
+
 // u32 index math below 2^31 reduced elements (no u32 wrap-around in the strided loops), u64
 // otherwise.
 #define RK_REDUCE_KERNELS(NAME, OP, T, OUT)                                                     \
@@ -325,9 +421,9 @@ __device__ __forceinline__ void rd_block(u64 out_numel, u64 red_numel, const rd_
                                     const u64* info, const T* inp, OUT* out) {               \
         const rd_layout l = {info, nk, nr};                                                  \
         if (red_numel < 0x80000000ull)                                                       \
-            rd_block<T, OP, u32>(out_numel, red_numel, l, inp, out);                         \
+            rd_block_dispatch<T, OP, u32, OUT>::run(out_numel, red_numel, l, inp, out);      \
         else                                                                                 \
-            rd_block<T, OP, u64>(out_numel, red_numel, l, inp, out);                         \
+            rd_block_dispatch<T, OP, u64, OUT>::run(out_numel, red_numel, l, inp, out);      \
     }
 
 #define RK_REDUCE_ALL(T)                                   \
