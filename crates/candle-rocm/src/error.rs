@@ -14,10 +14,13 @@
 
 use candle_core::DType;
 
-/// Why a dtype is refused by the compute kernels although storage supports it.
+/// Why an op refuses f8e4m3 although storage supports it.
 pub(crate) const F8_REASON: &str = "f8e4m3 tensors are stored as bytes on ROCm and support host \
-     transfers, copies, const_set, where_cond and casts to and from every dtype; for arithmetic, \
-     cast to f16/bf16/f32 first (f8e4m3 compute kernels are not implemented yet)";
+     transfers, copies, const_set, where_cond, casts to and from every dtype, the indexing ops \
+     and element-wise arithmetic (unary ops, affine, powf, elu, binary ops, comparisons, \
+     scatter_add_set, index_add, bit for bit as candle's CPU backend); reductions, matmul, \
+     convolutions, pooling, upsampling, random numbers, sorting and the fused ops have no \
+     f8e4m3 kernels: cast to f16/bf16/f32 first";
 
 /// Why the 4/6-bit and f8e8m0 formats are refused everywhere.
 pub(crate) const DUMMY_REASON: &str = "candle stores this format as opaque bytes with no \

@@ -67,7 +67,12 @@ macro_rules! float_op {
 
 fn not_float(op: &str, dtype: DType) -> candle_core::Error {
     if dtype == DType::F8E4M3 {
-        RocmError::not_implemented(op, dtype, "f8e4m3 arithmetic is not implemented yet").into()
+        RocmError::not_implemented(
+            op,
+            dtype,
+            "the fused ops compute bf16, f16, f32 and f64; cast f8e4m3 to one of them first",
+        )
+        .into()
     } else {
         RocmError::unsupported(op, dtype, "only float dtypes (bf16, f16, f32, f64) have it").into()
     }

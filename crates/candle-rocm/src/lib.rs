@@ -13,9 +13,14 @@
 //!   (add, sub, mul, div, minimum, maximum, with broadcasting through strides), comparisons,
 //!   `to_dtype` between u8/u32/i16/i32/i64/bf16/f16/f32/f64, and `where_cond`, for any layout
 //!   (transposed, narrowed with an offset, broadcast with stride 0, empty, rank 0).
-//! * `f8e4m3` is stored (as bytes) and supports host transfers, copies, `const_set` and
-//!   `where_cond`; its arithmetic and casts return a typed error for now. The 4/6-bit formats
-//!   and `f8e8m0` have no device storage.
+//! * `f8e4m3` is stored as bytes and supports host transfers, copies, `const_set`,
+//!   `where_cond`, `to_dtype` to and from every dtype, the indexing ops, and element-wise
+//!   arithmetic computed bit for bit as candle's CPU backend (x86_64) computes it with the
+//!   `float8` crate: every unary op, `affine`, `powf`, `elu`, the binary ops, comparisons,
+//!   and `scatter_add_set`/`index_add` (terms added in candle's order; an out-of-range index
+//!   is reported by the op itself). Reductions, matmul, convolutions, pooling, upsampling,
+//!   random numbers, sorting and the fused ops return a typed error for f8e4m3. The 4/6-bit
+//!   formats and `f8e8m0` have no device storage.
 //! * Also on the GPU: reductions (sum, min, max, argmin, argmax), indexing (`index_select`,
 //!   `gather`, `scatter_set`, `scatter_add_set`, `index_add`, ids u8/u32/i16/i32/i64; an
 //!   out-of-range index is reported as a typed error by the next `to_cpu_storage` or
@@ -28,7 +33,8 @@
 //!   `conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d` on MIOpen (cuDNN on NVIDIA) or
 //!   our im2col/col2im kernels + GEMM, selectable with [`ConvPath`] (see [`conv`]).
 //! * Not implemented yet, each returning a typed [`RocmError`] that names the op and dtype:
-//!   f8e4m3 arithmetic.
+//!   f8e4m3 reductions, matmul, convolutions, pooling, upsampling, random numbers, sorting and
+//!   fused ops.
 //!
 //! Nothing here panics on bad input: a layout that would read outside its buffer, a dtype or
 //! device mismatch, or a runtime failure is an error.

@@ -8,6 +8,7 @@ use candle_core::{CpuStorage, DType, Error, Layout, Result};
 use half::{bf16, f16};
 use hip_core::{DeviceBuffer, DeviceSliceMut, Stream};
 use rocm_kernels::elementwise::{self as ew, Strided};
+use rocm_kernels::f8;
 use rocm_kernels::KernelDType;
 
 use crate::device::RocmDevice;
@@ -361,8 +362,8 @@ macro_rules! with_same_buffers {
     };
 }
 
-/// Binds the typed ids buffer (u8, u32, i16, i32, i64); other dtypes are refused as
-/// `Unsupported` (f8e4m3 as not implemented).
+/// Binds the typed ids buffer (u8, u32, i16, i32, i64); other dtypes (f8e4m3 included) are
+/// refused as `Unsupported`.
 macro_rules! with_ids {
     ($ids:expr, $op:expr, |$i:ident| $body:expr) => {
         match $ids {
@@ -371,7 +372,6 @@ macro_rules! with_ids {
             RocmStorageSlice::I16($i) => $body,
             RocmStorageSlice::I32($i) => $body,
             RocmStorageSlice::I64($i) => $body,
-            RocmStorageSlice::F8E4M3(_) => return Err(f8_error($op)),
             other => {
                 return Err(RocmError::unsupported(
                     $op,
@@ -812,6 +812,52 @@ fn scatter_like_buf<I: KernelDType, T: KernelDType>(
     .map_err(kernel_err(op))
 }
 
+/// scatter_add_set (`index_add == false`) or index_add's accumulation for f8e4m3, in place and
+/// in Candle's order (see `rocm_kernels::f8`). An out-of-range index is reported at once, as by
+/// candle's CPU backend: the kernel records it in a small device record which is read back
+/// here (one synchronization of the stream per call), and it becomes
+/// [`candle_core::Error::InvalidIndex`] (a [`RocmError`] for a negative index).
+#[allow(clippy::too_many_arguments)]
+fn f8_accumulate<I: KernelDType>(
+    dev: &RocmDevice,
+    op: &str,
+    index_add: bool,
+    (dst, dst_l): (&mut DeviceBuffer<u8>, &Layout),
+    (ids, ids_l): (&DeviceBuffer<I>, &Layout),
+    (src, src_l): (&DeviceBuffer<u8>, &Layout),
+    dim: usize,
+) -> Result<()> {
+    let stream = dev.stream();
+    let mut err = stream
+        .alloc_zeroed::<u32>(f8::ERR_WORDS)
+        .map_err(hip_err(op))?;
+    let i = view(op, ids, ids_l)?;
+    let s = view(op, src, src_l)?;
+    let mut d = view_mut(op, dst, dst_l)?;
+    let (dd, ds) = (dst_l.dims(), dst_l.stride());
+    let (idd, sd) = (ids_l.dims(), src_l.dims());
+    let mut e = err.as_mut_slice();
+    if index_add {
+        f8::index_add(stream, &mut d, dd, ds, i, idd, s, sd, dim, &mut e)
+    } else {
+        f8::scatter_add(stream, &mut d, dd, ds, i, idd, s, sd, dim, &mut e)
+    }
+    .map_err(kernel_err(op))?;
+    let words = err.to_host_vec().map_err(hip_err(op))?;
+    let Some(e) = rocm_kernels::indexing::IndexError::decode(&words) else {
+        return Ok(());
+    };
+    match (usize::try_from(e.index), usize::try_from(e.size)) {
+        (Ok(index), Ok(size)) => Err(Error::InvalidIndex {
+            op: e.op.name(),
+            index,
+            size,
+        }
+        .bt()),
+        _ => Err(RocmError::kernel(e.op.name(), e.to_error()).into()),
+    }
+}
+
 fn to_host<T: KernelDType>(buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
     buf.to_host_vec().map_err(hip_err("to_cpu_storage"))
 }
@@ -875,6 +921,12 @@ impl BackendStorage for RocmStorage {
     fn affine(&self, layout: &Layout, mul: f64, add: f64) -> Result<Self> {
         let op = "affine";
         let dev = &self.device;
+        if let RocmStorageSlice::F8E4M3(b) = &self.slice {
+            let out = map1(dev, op, b, layout, |s, d, src, dst| {
+                f8::affine(s, d, src, dst, mul, add)
+            })?;
+            return Ok(self.wrap(RocmStorageSlice::F8E4M3(out)));
+        }
         let slice = map_dtype!(&self.slice, op, |b| map1(
             dev,
             op,
@@ -889,6 +941,12 @@ impl BackendStorage for RocmStorage {
         let op = "powf";
         let dev = &self.device;
         let why = "powf is defined for float dtypes only (as in candle's CPU and CUDA backends)";
+        if let RocmStorageSlice::F8E4M3(b) = &self.slice {
+            let out = map1(dev, op, b, layout, |s, d, src, dst| {
+                f8::powf(s, d, src, dst, e)
+            })?;
+            return Ok(self.wrap(RocmStorageSlice::F8E4M3(out)));
+        }
         let slice = map_float!(&self.slice, op, why, |b| map1(
             dev,
             op,
@@ -903,6 +961,12 @@ impl BackendStorage for RocmStorage {
         let op = "elu";
         let dev = &self.device;
         let why = "elu is defined for float dtypes only (as in candle's CPU and CUDA backends)";
+        if let RocmStorageSlice::F8E4M3(b) = &self.slice {
+            let out = map1(dev, op, b, layout, |s, d, src, dst| {
+                f8::elu(s, d, src, dst, alpha)
+            })?;
+            return Ok(self.wrap(RocmStorageSlice::F8E4M3(out)));
+        }
         let slice = map_float!(&self.slice, op, why, |b| map1(
             dev,
             op,
@@ -1002,7 +1066,19 @@ impl BackendStorage for RocmStorage {
             (RocmStorageSlice::F16(a), RocmStorageSlice::F16(b)) => run!(a, b),
             (RocmStorageSlice::F32(a), RocmStorageSlice::F32(b)) => run!(a, b),
             (RocmStorageSlice::F64(a), RocmStorageSlice::F64(b)) => run!(a, b),
-            _ => return Err(f8_error(name)),
+            (RocmStorageSlice::F8E4M3(a), RocmStorageSlice::F8E4M3(b)) => {
+                map2::<_, u8>(dev, name, (a, lhs_l), (b, rhs_l), |s, d, l, r, dst| {
+                    f8::cmp(s, kop, d, l, r, dst)
+                })?
+            }
+            (l, r) => {
+                return Err(Error::DTypeMismatchBinaryOp {
+                    lhs: l.dtype(),
+                    rhs: r.dtype(),
+                    op: "cmp",
+                }
+                .bt())
+            }
         };
         Ok(self.wrap(RocmStorageSlice::U8(out)))
     }
@@ -1040,6 +1116,12 @@ impl BackendStorage for RocmStorage {
             return Err(self.not_implemented(op, "no ROCm kernel for this unary op"));
         };
         let dev = &self.device;
+        if let RocmStorageSlice::F8E4M3(b) = &self.slice {
+            let out = map1(dev, op, b, layout, |s, d, src, dst| {
+                f8::unary(s, kop, d, src, dst)
+            })?;
+            return Ok(self.wrap(RocmStorageSlice::F8E4M3(out)));
+        }
         let slice = map_dtype!(&self.slice, op, |b| map1(
             dev,
             op,
@@ -1066,6 +1148,14 @@ impl BackendStorage for RocmStorage {
         };
         let dev = &self.device;
         let label = format!("binary {op}");
+        if let (RocmStorageSlice::F8E4M3(a), RocmStorageSlice::F8E4M3(b)) =
+            (&self.slice, &rhs.slice)
+        {
+            let out = map2(dev, &label, (a, lhs_l), (b, rhs_l), |s, d, l, r, dst| {
+                f8::binary(s, kop, d, l, r, dst)
+            })?;
+            return Ok(self.wrap(RocmStorageSlice::F8E4M3(out)));
+        }
         let slice = map_dtype2!(&self.slice, &rhs.slice, op, |a, b| map2(
             dev,
             &label,
@@ -1324,6 +1414,19 @@ impl BackendStorage for RocmStorage {
         self.check_device(ids, op)?;
         self.check_operand(src, op)?;
         let dev = self.device.clone();
+        if let (RocmStorageSlice::F8E4M3(d), RocmStorageSlice::F8E4M3(s)) =
+            (&mut self.slice, &src.slice)
+        {
+            return with_ids!(&ids.slice, op, |i| f8_accumulate(
+                &dev,
+                op,
+                false,
+                (d, l),
+                (i, ids_l),
+                (s, src_l),
+                dim
+            ));
+        }
         with_dst_src!(&mut self.slice, &src.slice, op, |d, s| with_ids!(
             &ids.slice,
             op,
@@ -1374,14 +1477,25 @@ impl BackendStorage for RocmStorage {
         let op = "index_add";
         self.check_device(ids, op)?;
         self.check_operand(src, op)?;
-        if self.dtype() == DType::F8E4M3 {
-            return Err(f8_error(op));
-        }
         // SAFETY: every element of `out` is written by the copy below before anything reads it.
         let mut out = unsafe { self.device.alloc_uninit(l.shape(), self.dtype())? };
         self.copy_strided_src(&mut out, 0, l)?;
         let out_l = Layout::contiguous(l.shape());
         let dev = self.device.clone();
+        if let (RocmStorageSlice::F8E4M3(d), RocmStorageSlice::F8E4M3(s)) =
+            (&mut out.slice, &src.slice)
+        {
+            with_ids!(&ids.slice, op, |i| f8_accumulate(
+                &dev,
+                op,
+                true,
+                (d, &out_l),
+                (i, ids_l),
+                (s, src_l),
+                dim
+            ))?;
+            return Ok(out);
+        }
         with_dst_src!(&mut out.slice, &src.slice, op, |d, s| with_ids!(
             &ids.slice,
             op,
@@ -1609,8 +1723,8 @@ mod tests {
 
     #[test]
     fn f8_and_dummy_errors_name_op_and_dtype() {
-        let s = f8_error("affine").to_string();
-        assert!(s.contains("affine") && s.contains("f8e4m3"), "{s}");
+        let s = f8_error("reduce sum").to_string();
+        assert!(s.contains("reduce sum") && s.contains("f8e4m3"), "{s}");
         assert!(s.contains("not implemented yet on ROCm"), "{s}");
         let s = dummy_error("zeros", DType::F4).to_string();
         assert!(s.contains("zeros") && s.contains("f4"), "{s}");

@@ -134,6 +134,9 @@ enum Dist {
     Predicate,
     /// Casts: full integer ranges; floats with fractions, large magnitudes, ±inf, NaN, -0.
     CastMix,
+    /// f8e4m3: every byte equally likely (NaN, ±0, subnormals, ±448 included); other dtypes
+    /// as `CastMix`.
+    AllBytes,
 }
 
 fn storage_from_f64(dtype: DType, v: &[f64]) -> CpuStorage {
@@ -197,6 +200,13 @@ fn values_i128(s: &CpuStorage) -> Option<Vec<i128>> {
 }
 
 fn gen(dtype: DType, n: usize, dist: Dist, rng: &mut Rng) -> CpuStorage {
+    if let Dist::AllBytes = dist {
+        if dtype == DType::F8E4M3 {
+            let v = (0..n).map(|_| float8::F8E4M3::from_bits(rng.next_u64() as u8));
+            return CpuStorage::F8E4M3(v.collect());
+        }
+        return gen(dtype, n, Dist::CastMix, rng);
+    }
     if dtype.is_int() {
         let unsigned = is_unsigned(dtype);
         let v: Vec<i128> = (0..n)
@@ -214,7 +224,7 @@ fn gen(dtype: DType, n: usize, dist: Dist, rng: &mut Rng) -> CpuStorage {
                 Dist::FewValues => rng.int(-2, 2),
                 Dist::Predicate if unsigned => rng.pick(&[0, 0, 1, 7, 200]),
                 Dist::Predicate => rng.pick(&[0, 0, 1, -1, 7]),
-                Dist::CastMix => match dtype {
+                Dist::CastMix | Dist::AllBytes => match dtype {
                     DType::U8 => rng.int(0, u8::MAX as i128),
                     DType::U32 => rng.int(0, u32::MAX as i128),
                     DType::I16 => rng.int(i16::MIN as i128, i16::MAX as i128),
@@ -237,7 +247,7 @@ fn gen(dtype: DType, n: usize, dist: Dist, rng: &mut Rng) -> CpuStorage {
             Dist::Small => rng.uniform(-3.0, 3.0),
             Dist::FewValues => rng.pick(&[-1.5, -1.0, 0.0, 0.5, 1.0, 2.0]),
             Dist::Predicate => rng.pick(&[0.0, 0.0, 1.0, -1.0, 0.5]),
-            Dist::CastMix => match rng.next_u64() % 8 {
+            Dist::CastMix | Dist::AllBytes => match rng.next_u64() % 8 {
                 0 => rng.pick(&[
                     f64::NAN,
                     f64::INFINITY,
@@ -509,8 +519,8 @@ fn close(a: f64, b: f64, rtol: f64) -> bool {
     (a - b).abs() <= rtol * a.abs().max(b.abs()) + rtol * 1e-3
 }
 
-/// Compares two storages: integers (and f8e4m3, and everything when `exact`) exactly, floats
-/// within the dtype's tolerance; NaN equals NaN.
+/// Compares two storages: integers (and everything when `exact`) exactly, floats within the
+/// dtype's tolerance, NaN equal to NaN; f8e4m3 bit for bit (NaN signs and -0 included).
 fn compare(got: &CpuStorage, want: &CpuStorage, exact: bool) -> Result<(), String> {
     if got.dtype() != want.dtype() {
         return Err(format!(
@@ -530,6 +540,28 @@ fn compare(got: &CpuStorage, want: &CpuStorage, exact: bool) -> Result<(), Strin
                 bad.len(),
                 g.len(),
                 g[i],
+                w[i]
+            ));
+        }
+        return Ok(());
+    }
+    if let (CpuStorage::F8E4M3(g), CpuStorage::F8E4M3(w)) = (got, want) {
+        // Bit for bit: NaN signs and -0 included.
+        if g.len() != w.len() {
+            return Err(format!("{} elements, expected {}", g.len(), w.len()));
+        }
+        let bad: Vec<usize> = (0..g.len())
+            .filter(|&i| g[i].to_bits() != w[i].to_bits())
+            .collect();
+        if let Some(&i) = bad.first() {
+            return Err(format!(
+                "{} of {} f8e4m3 elements differ; first at {i}: got {:#04x} ({}), expected \
+                 {:#04x} ({})",
+                bad.len(),
+                g.len(),
+                g[i].to_bits(),
+                g[i],
+                w[i].to_bits(),
                 w[i]
             ));
         }
@@ -1045,8 +1077,8 @@ fn unary_row<B: UnaryOpT + 'static>(ctx: &mut Ctx, dist: Dist, int: IntKind, neg
             out_dtype: dtype,
         };
         if dtype == DType::F8E4M3 {
-            spec.expect = Expect::TypedError;
-            spec.consult_cpu = false;
+            // Every byte (NaN, ±0, subnormals, ±448), against the CPU oracle, bit for bit.
+            spec.dist = Dist::AllBytes;
         } else if dtype.is_float() {
             spec.reference = Reference::Float(Box::new(B::f64));
         } else {
@@ -1098,10 +1130,17 @@ fn run_unary(ctx: &mut Ctx) {
 
 fn run_affine_powf_elu(ctx: &mut Ctx) {
     for dtype in storage_dtypes() {
-        let float = dtype.is_float() && dtype != DType::F8E4M3;
-        // affine: every kernel dtype; integer inputs and factors small enough not to overflow
+        let f8 = dtype == DType::F8E4M3;
+        let float = dtype.is_float() && !f8;
+        // f8e4m3: every byte, against the CPU oracle only (bit for bit).
+        let f8_or = |d: Dist| if f8 { Dist::AllBytes } else { d };
+        // affine: every storage dtype; integer inputs and factors small enough not to overflow
         // (candle's CPU backend panics on integer overflow in debug builds).
-        let (mul, add) = if float { (1.7, -0.3) } else { (3.0, 2.0) };
+        let (mul, add) = if dtype.is_float() {
+            (1.7, -0.3)
+        } else {
+            (3.0, 2.0)
+        };
         let (m, a) = (round_to(dtype, mul), round_to(dtype, add));
         run_op1(
             ctx,
@@ -1109,13 +1148,9 @@ fn run_affine_powf_elu(ctx: &mut Ctx) {
             Spec1 {
                 row: "affine",
                 dtype,
-                dist: Dist::Small,
-                expect: if dtype == DType::F8E4M3 {
-                    Expect::TypedError
-                } else {
-                    Expect::Pass
-                },
-                consult_cpu: dtype != DType::F8E4M3,
+                dist: f8_or(Dist::Small),
+                expect: Expect::Pass,
+                consult_cpu: true,
                 reference: if float {
                     Reference::Float(Box::new(move |x| x * m + a))
                 } else {
@@ -1136,14 +1171,18 @@ fn run_affine_powf_elu(ctx: &mut Ctx) {
                 Spec1 {
                     row,
                     dtype,
-                    dist,
-                    expect: if float {
+                    dist: f8_or(dist),
+                    expect: if dtype.is_float() {
                         Expect::Pass
                     } else {
                         Expect::TypedError
                     },
-                    consult_cpu: float,
-                    reference: Reference::Float(Box::new(move |x| x.powf(er))),
+                    consult_cpu: dtype.is_float(),
+                    reference: if f8 {
+                        Reference::None
+                    } else {
+                        Reference::Float(Box::new(move |x| x.powf(er)))
+                    },
                     out_dtype: dtype,
                 },
             );
@@ -1156,22 +1195,26 @@ fn run_affine_powf_elu(ctx: &mut Ctx) {
             Spec1 {
                 row: "elu",
                 dtype,
-                dist: Dist::General,
-                expect: if float {
+                dist: f8_or(Dist::General),
+                expect: if dtype.is_float() {
                     Expect::Pass
                 } else {
                     Expect::TypedError
                 },
-                consult_cpu: float,
-                reference: Reference::Float(Box::new(
-                    move |x| {
-                        if x >= 0.0 {
-                            x
-                        } else {
-                            ar * x.exp_m1()
-                        }
-                    },
-                )),
+                consult_cpu: dtype.is_float(),
+                reference: if f8 {
+                    Reference::None
+                } else {
+                    Reference::Float(Box::new(
+                        move |x| {
+                            if x >= 0.0 {
+                                x
+                            } else {
+                                ar * x.exp_m1()
+                            }
+                        },
+                    ))
+                },
                 out_dtype: dtype,
             },
         );
@@ -1304,17 +1347,14 @@ fn binary_row<B: BinaryOpT + 'static>(ctx: &mut Ctx, dists: impl Fn(DType) -> (D
         let f8 = dtype == DType::F8E4M3;
         let float = dtype.is_float() && !f8;
         let reference: Option<&dyn Fn(f64, f64) -> f64> = if float { Some(&B::f64) } else { None };
-        let expect = if f8 { Expect::TypedError } else { Expect::Pass };
-        run_op2(
-            ctx,
-            &op,
-            &row,
-            dtype,
-            dists(dtype),
-            expect,
-            reference,
-            dtype,
-        );
+        // f8e4m3: every byte on both sides (0/0, NaN operands, saturation), against the CPU
+        // oracle only, bit for bit.
+        let dists = if f8 {
+            (Dist::AllBytes, Dist::AllBytes)
+        } else {
+            dists(dtype)
+        };
+        run_op2(ctx, &op, &row, dtype, dists, Expect::Pass, reference, dtype);
     }
 }
 
@@ -1338,13 +1378,22 @@ fn run_cmp(ctx: &mut Ctx) {
         (CmpOp::Ge, "cmp ge"),
     ] {
         for dtype in storage_dtypes() {
-            let expect = if dtype == DType::F8E4M3 {
-                Expect::TypedError
+            // f8e4m3: every byte on both sides (NaN, ±0, ±448; the large cases hold many ties).
+            let dists = if dtype == DType::F8E4M3 {
+                (Dist::AllBytes, Dist::AllBytes)
             } else {
-                Expect::Pass
+                (Dist::FewValues, Dist::FewValues)
             };
-            let dists = (Dist::FewValues, Dist::FewValues);
-            run_op2(ctx, &Cmp(cop), name, dtype, dists, expect, None, DType::U8);
+            run_op2(
+                ctx,
+                &Cmp(cop),
+                name,
+                dtype,
+                dists,
+                Expect::Pass,
+                None,
+                DType::U8,
+            );
         }
     }
 }

@@ -82,34 +82,7 @@ RK_CAST_FROM(f64, u8, u32, i16, i32, i64, bf16, f16, f32)
 //   round to +-0;
 // * from f8e4m3: the exact value as f32 (0x7F/0xFF -> NaN), then Candle's f32 conversion to D
 //   (integers: truncating, saturating, NaN -> 0; f16/bf16: round to nearest even; f64 exact).
-
-__device__ __forceinline__ u8 rk_f64_to_e4m3(double x) {
-    const unsigned long long xb = (unsigned long long)__double_as_longlong(x);
-    const u8 sign = (u8)((xb >> 63) << 7);
-    const unsigned long long ax = xb & 0x7FFFFFFFFFFFFFFFull;
-    if (ax > 0x7FF0000000000000ull) return (u8)(0x7F | sign); // NaN
-    if (ax > 0x407D000000000000ull) return (u8)(0x7E | sign); // > 464, inf: saturate to 448
-    const double a = fabs(x);
-    int e2 = 0;
-    (void)frexp(a, &e2); // a = f * 2^e2, f in [0.5, 1)
-    const int e = e2 - 1; // unbiased exponent of a normal double
-    if (a == 0.0 || e < -6) {
-        // Subnormal range: units of 2^-9; 8 units is the smallest normal (bits 0x08).
-        return (u8)((u8)rint(ldexp(a, 9)) | sign);
-    }
-    // Normal range: the significand in units of 2^(e-3) is in [8, 16]; 16 carries into the
-    // exponent, which the addition below does by itself (|x| <= 464 keeps it finite).
-    const int q = (int)rint(ldexp(a, 3 - e));
-    return (u8)((((e + 7) << 3) + q - 8) | sign);
-}
-
-__device__ __forceinline__ float rk_e4m3_to_f32(u8 b) {
-    if ((b & 0x7F) == 0x7F) return __int_as_float(0x7FC00000); // NaN
-    const int exp = (b >> 3) & 0xF;
-    const int man = b & 7;
-    const float mag = exp == 0 ? ldexpf((float)man, -9) : ldexpf((float)(8 + man), exp - 10);
-    return (b & 0x80) ? -mag : mag;
-}
+// The two conversions themselves (rk_f64_to_e4m3, rk_e4m3_to_f32) are in the prelude.
 
 template <typename S> __device__ __forceinline__ double rk_to_e4m3_input(S x) {
     return (double)(float)x; // integers: `as f32` first

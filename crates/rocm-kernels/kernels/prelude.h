@@ -208,6 +208,39 @@ __device__ __forceinline__ bf16 rk_f64_to_bf16(double x) {
     return __float2bfloat16(rk_f64_to_f32_round_odd(x));
 }
 
+// ---- f8e4m3 (OCP e4m3fn, Candle's `float8::F8E4M3`), stored as its byte ----
+// f64 -> f8e4m3 as `F8E4M3::from_f64` (float8 0.7): round to nearest even in one step; NaN ->
+// 0x7F with the input's sign; magnitudes above 464 (infinities included) saturate to +-448
+// (0x7E); magnitudes up to 2^-10 round to +-0. (`from_f32(x)` is `from_f64(x as f64)`.)
+__device__ __forceinline__ u8 rk_f64_to_e4m3(double x) {
+    const unsigned long long xb = (unsigned long long)__double_as_longlong(x);
+    const u8 sign = (u8)((xb >> 63) << 7);
+    const unsigned long long ax = xb & 0x7FFFFFFFFFFFFFFFull;
+    if (ax > 0x7FF0000000000000ull) return (u8)(0x7F | sign); // NaN
+    if (ax > 0x407D000000000000ull) return (u8)(0x7E | sign); // > 464, inf: saturate to 448
+    const double a = fabs(x);
+    int e2 = 0;
+    (void)frexp(a, &e2); // a = f * 2^e2, f in [0.5, 1)
+    const int e = e2 - 1; // unbiased exponent of a normal double
+    if (a == 0.0 || e < -6) {
+        // Subnormal range: units of 2^-9; 8 units is the smallest normal (bits 0x08).
+        return (u8)((u8)rint(ldexp(a, 9)) | sign);
+    }
+    // Normal range: the significand in units of 2^(e-3) is in [8, 16]; 16 carries into the
+    // exponent, which the addition below does by itself (|x| <= 464 keeps it finite).
+    const int q = (int)rint(ldexp(a, 3 - e));
+    return (u8)((((e + 7) << 3) + q - 8) | sign);
+}
+
+// f8e4m3 -> f32, exact (`F8E4M3::to_f32`): 0x7F/0xFF are NaN (a positive NaN, as float8 returns).
+__device__ __forceinline__ float rk_e4m3_to_f32(u8 b) {
+    if ((b & 0x7F) == 0x7F) return __int_as_float(0x7FC00000); // NaN
+    const int exp = (b >> 3) & 0xF;
+    const int man = b & 7;
+    const float mag = exp == 0 ? ldexpf((float)man, -9) : ldexpf((float)(8 + man), exp - 10);
+    return (b & 0x80) ? -mag : mag;
+}
+
 // Math in the arithmetic type: the f32 functions for float, the f64 ones for double.
 #define RK_MATH1(NAME, F32, F64) \
     __device__ __forceinline__ float NAME(float x) { return F32(x); } \

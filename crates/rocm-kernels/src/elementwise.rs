@@ -401,7 +401,7 @@ impl KernelArg for InfoArg<'_> {
 /// A scalar kernel argument of a kernel's element type, converted from `f64` the way Candle
 /// does (`T::from_f64`: Rust `as` for integers and f32, the `half` crate for f16/bf16).
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Scalar {
+pub(crate) enum Scalar {
     U8(u8),
     U32(u32),
     I16(i16),
@@ -466,7 +466,7 @@ fn prepare_unary<T: KernelDType, D: KernelDType>(
 
 /// Launches a kernel `(numel, num_dims, info, inp, out, scalars...)` of module `module`.
 #[allow(clippy::too_many_arguments)]
-fn launch_unary_like<S: KernelDType, D: KernelDType>(
+pub(crate) fn launch_unary_like<S: KernelDType, D: KernelDType>(
     stream: &Stream,
     op: &str,
     module: &str,
@@ -705,10 +705,12 @@ pub fn elu<T: KernelDType>(
     launch_unary_like(stream, "elu", "affine", &kernel, dims, src, dst, &[a])
 }
 
-/// Launches a kernel `(numel, num_dims, info, lhs, rhs, out)` of module `binary`.
-fn launch_binary_like<T: KernelDType, D: KernelDType>(
+/// Launches a kernel `(numel, num_dims, info, lhs, rhs, out)` of module `module`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_binary_like<T: KernelDType, D: KernelDType>(
     stream: &Stream,
     op: &str,
+    module: &str,
     kernel: &str,
     dims: &[usize],
     lhs: Strided<'_, T>,
@@ -723,7 +725,7 @@ fn launch_binary_like<T: KernelDType, D: KernelDType>(
         return Ok(());
     }
     let info = device_info(stream, dims, &[lhs.strides, rhs.strides])?;
-    let f = function(stream, "binary", kernel)?;
+    let f = function(stream, module, kernel)?;
     // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, const T* lhs,
     // const T* rhs, D* out). It reads info[0..num_dims * 3) when info is non-null (exactly that
     // buffer, alive until the launch is queued, then freed in stream order), lhs and rhs at
@@ -753,7 +755,7 @@ pub fn binary<T: KernelDType>(
 ) -> Result<()> {
     let op_name = format!("binary {}", op.name());
     let kernel = format!("b{}_{}", op.name(), T::NAME);
-    launch_binary_like(stream, &op_name, &kernel, dims, lhs, rhs, dst)
+    launch_binary_like(stream, &op_name, "binary", &kernel, dims, lhs, rhs, dst)
 }
 
 /// `dst = op(lhs, rhs) as u8` (1 or 0) element-wise over `dims` (all dtypes).
@@ -767,7 +769,7 @@ pub fn cmp<T: KernelDType>(
 ) -> Result<()> {
     let op_name = format!("cmp {}", op.name());
     let kernel = format!("{}_{}", op.name(), T::NAME);
-    launch_binary_like(stream, &op_name, &kernel, dims, lhs, rhs, dst)
+    launch_binary_like(stream, &op_name, "binary", &kernel, dims, lhs, rhs, dst)
 }
 
 /// Converts the strided `src` into the contiguous `dst` (every pair of dtypes; same dtype is a

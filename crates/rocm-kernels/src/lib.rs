@@ -14,6 +14,8 @@
 //! * [`bundle`]: our own parser of clang offload bundles and the target-ID matching rule.
 //! * [`elementwise`]: typed launch wrappers for the element-wise families (unary, affine,
 //!   binary/cmp, cast, where, fill/copy).
+//! * [`f8`]: f8e4m3 arithmetic on byte buffers (unary ops, affine, powf, elu, binary ops,
+//!   comparisons, ordered scatter_add/index_add), bit for bit as Candle's CPU backend.
 //!
 //! * [`reduce`], [`nn`] (softmax, rms_norm, layer_norm, rope), [`indexing`], [`sort`],
 //!   [`pool`] (pooling and upsampling), [`random`] (Philox), [`conv`] (im2col/col2im for the
@@ -24,6 +26,7 @@ pub mod conv;
 pub mod dtype;
 pub mod elementwise;
 pub mod error;
+pub mod f8;
 pub mod indexing;
 pub mod layout;
 pub mod modules;

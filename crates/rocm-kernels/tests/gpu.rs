@@ -1891,6 +1891,8 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
 // Further kernel families, one file each (they use this file's helpers through `super::*`).
 #[path = "families/conv.rs"]
 mod conv;
+#[path = "families/f8.rs"]
+mod f8;
 #[path = "families/indexing.rs"]
 mod indexing;
 #[path = "families/nn.rs"]

@@ -77,11 +77,12 @@ enum RowOp {
     LayerNorm,
 }
 
-fn check_row_op<T: TT>(s: &Stream, op: RowOp, rows: usize, cols: usize, nan: bool) {
+fn check_row_op<T: TT>(s: &Stream, op: RowOp, rows: usize, cols: usize, nan: bool, masked: bool) {
     let label = format!(
-        "{op:?}_{} rows {rows} cols {cols}{}",
+        "{op:?}_{} rows {rows} cols {cols}{}{}",
         T::NAME,
-        if nan { " with NaNs" } else { "" }
+        if nan { " with NaNs" } else { "" },
+        if masked { " with -inf masks" } else { "" }
     );
     let seed = seed_for(&label);
     let ctx = format!("{label} (seed {seed:#x})");
@@ -91,6 +92,20 @@ fn check_row_op<T: TT>(s: &Stream, op: RowOp, rows: usize, cols: usize, nan: boo
     if nan && n > 0 {
         // A NaN in row 0, at its last element.
         x[cols - 1] = T::from_f64(f64::NAN);
+        let mut host = vec![T::from_f64(0.0); IN_OFFSET];
+        host.extend_from_slice(&x);
+        xb = s.alloc_from_host(&host).expect("upload");
+    }
+    if masked && n > 0 {
+        // Attention-style masks: row 0's first half is -inf (whole threads see only -inf),
+        // odd rows have every third element -inf, row 2 is all -inf (a NaN row, as on the CPU).
+        for r in 0..rows {
+            for c in 0..cols {
+                if (r == 0 && c < cols / 2) || (r % 2 == 1 && c % 3 == 0) || r == 2 {
+                    x[r * cols + c] = T::from_f64(f64::NEG_INFINITY);
+                }
+            }
+        }
         let mut host = vec![T::from_f64(0.0); IN_OFFSET];
         host.extend_from_slice(&x);
         xb = s.alloc_from_host(&host).expect("upload");
@@ -153,14 +168,17 @@ fn check_row_op<T: TT>(s: &Stream, op: RowOp, rows: usize, cols: usize, nan: boo
 fn row_ops_for<T: TT>(s: &Stream, pairs: &mut Vec<String>, cases: &mut usize) {
     for op in [RowOp::Softmax, RowOp::RmsNorm, RowOp::LayerNorm] {
         for (rows, cols) in ROW_CASES {
-            check_row_op::<T>(s, op, rows, cols, false);
+            check_row_op::<T>(s, op, rows, cols, false, false);
             *cases += 1;
         }
         pairs.push(format!("{op:?}_{}", T::NAME));
     }
     // softmax: a NaN makes its row NaN (the other rows are unaffected).
-    check_row_op::<T>(s, RowOp::Softmax, 3, 100, true);
-    *cases += 1;
+    check_row_op::<T>(s, RowOp::Softmax, 3, 100, true, false);
+    // softmax with -inf masks (rows of 100 and of 4099 columns).
+    check_row_op::<T>(s, RowOp::Softmax, 4, 100, false, true);
+    check_row_op::<T>(s, RowOp::Softmax, 4, 4099, false, true);
+    *cases += 3;
 }
 
 #[test]
