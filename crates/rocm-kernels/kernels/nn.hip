@@ -54,67 +54,36 @@ struct nn_max {
 #define NN_CACHE 16
 #define NN_CACHE_LN 8
 
-// A (max, sum of exp(x - max)) pair: the running state of a softmax denominator.
-template <typename C> struct nn_softmax_state {
-    C m, s;
-};
-template <typename C>
-__device__ __forceinline__ nn_softmax_state<C> nn_softmax_merge(nn_softmax_state<C> a,
-                                                                nn_softmax_state<C> b) {
-    nn_softmax_state<C> r;
-    r.m = rk_fmax(a.m, b.m);
-    // A side without elements (s == 0, m == -inf) adds nothing (exp(-inf - -inf) would be NaN).
-    const C sa = a.s == (C)0 ? (C)0 : a.s * rk_exp(a.m - r.m);
-    const C sb = b.s == (C)0 ? (C)0 : b.s * rk_exp(b.m - r.m);
-    r.s = sa + sb;
-    return r;
-}
-
-// One block-wide reduction of (max, sum) pairs instead of two (max, then sum): each thread
-// folds its cached elements against its own maximum, the pairs merge with the usual rescaling.
 template <typename T>
 __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, u32 cols) {
     typedef typename rk_compute<T>::type C;
-    __shared__ nn_softmax_state<C> partial[32];
     const u32 tid = threadIdx.x, bd = blockDim.x;
-    const int lane = (int)(tid % warpSize), warp = (int)(tid / warpSize);
-    const int nwarps = (int)(bd / warpSize);
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
         C v[NN_CACHE];
+        C m = nn_neg_inf(C());
 #pragma unroll
         for (int k = 0; k < NN_CACHE; ++k) {
             const u32 c = tid + (u32)k * bd;
             v[k] = c < cols ? rk_to_compute(xr[c]) : nn_neg_inf(C());
         }
-        nn_softmax_state<C> st;
-        st.m = nn_neg_inf(C());
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) st.m = rk_fmax(st.m, v[k]);
-        st.s = (C)0;
-        // -inf elements add 0 (also when the thread's own maximum is -inf, where
-        // exp(-inf - -inf) would be NaN); NaNs propagate, as in the two-pass form.
+        for (int k = 0; k < NN_CACHE; ++k) m = rk_fmax(m, v[k]);
+        m = nn_block_allreduce(m, nn_max());
+        C s = (C)0;
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k)
-            if (tid + (u32)k * bd < cols && v[k] != nn_neg_inf(C())) st.s += rk_exp(v[k] - st.m);
-        for (int m = warpSize / 2; m > 0; m >>= 1) {
-            nn_softmax_state<C> o;
-            o.m = (C)__shfl_xor(st.m, m);
-            o.s = (C)__shfl_xor(st.s, m);
-            st = nn_softmax_merge(st, o);
+        for (int k = 0; k < NN_CACHE; ++k) {
+            if (tid + (u32)k * bd < cols) {
+                v[k] = rk_exp(v[k] - m);
+                s += v[k];
+            }
         }
-        if (nwarps > 1) {
-            if (lane == 0) partial[warp] = st;
-            __syncthreads();
-            st = partial[0];
-            for (int w = 1; w < nwarps; ++w) st = nn_softmax_merge(st, partial[w]);
-            __syncthreads();
-        }
+        s = nn_block_allreduce(s, nn_add());
 #pragma unroll
         for (int k = 0; k < NN_CACHE; ++k) {
             const u32 c = tid + (u32)k * bd;
-            if (c < cols) outr[c] = rk_from_compute<T>(rk_exp(v[k] - st.m) / st.s);
+            if (c < cols) outr[c] = rk_from_compute<T>(v[k] / s);
         }
     }
 }
