@@ -14,77 +14,19 @@
 //!
 //! `missing_runtime_is_library_not_found_naming_every_path` needs no ROCm and runs everywhere.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use object::read::elf::{ElfFile64, FileHeader};
 use object::{Object, ObjectSymbol};
 
+#[allow(dead_code)] // shared with other crates' tier-2 tests; not every helper is used here
+#[path = "support/rocm_libs.rs"]
+mod rocm_libs;
+use rocm_libs::{assert_amd_platform, assert_exports};
+
 const HIP_SONAMES: &[&str] = &["libamdhip64.so.6", "libamdhip64.so.7", "libamdhip64.so"];
 const HIPRTC_SONAMES: &[&str] = &["libhiprtc.so.6", "libhiprtc.so.7", "libhiprtc.so"];
-
-/// The directory the tests take the ROCm libraries from.
-fn rocm_lib_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("HIP_CORE_ROCM_LIB_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(p) = std::env::var_os("ROCM_PATH").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p).join("lib");
-    }
-    PathBuf::from("/opt/rocm/lib")
-}
-
-/// The first of `sonames` present in the library directory, with symlinks resolved.
-fn find_library(sonames: &[&str]) -> PathBuf {
-    let dir = rocm_lib_dir();
-    for name in sonames {
-        let path = dir.join(name);
-        if path.exists() {
-            return std::fs::canonicalize(&path)
-                .unwrap_or_else(|e| panic!("resolving {}: {e}", path.display()));
-        }
-    }
-    panic!(
-        "{} holds none of {}: set HIP_CORE_ROCM_LIB_DIR (or ROCM_PATH, whose lib/ is used) to \
-         the directory of the ROCm 6.4 libraries, e.g. /opt/rocm-deb/root/usr/lib/x86_64-linux-gnu, \
-         or run `cargo xtask test`",
-        dir.display(),
-        sonames.join(", ")
-    );
-}
-
-/// The functions a shared library defines in its dynamic symbol table.
-fn exported_functions(path: &Path) -> std::collections::HashSet<String> {
-    let data = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let file = ElfFile64::<object::Endianness>::parse(&*data)
-        .unwrap_or_else(|e| panic!("{} is not a 64-bit ELF file: {e}", path.display()));
-    file.dynamic_symbols()
-        .filter(|s| s.is_definition())
-        .filter_map(|s| s.name().ok().map(str::to_string))
-        .collect()
-}
-
-fn assert_exports(sonames: &[&str], functions: &[&str]) {
-    let path = find_library(sonames);
-    let exported = exported_functions(&path);
-    let missing: Vec<&str> = functions
-        .iter()
-        .copied()
-        .filter(|f| !exported.contains(*f))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{} does not export {} (of the {} functions in the bindings' table)",
-        path.display(),
-        missing.join(", "),
-        functions.len()
-    );
-    println!(
-        "{}: all {} functions of the table are exported",
-        path.display(),
-        functions.len()
-    );
-}
 
 #[test]
 #[ignore = "needs the ROCm libraries: run `cargo xtask test`"]
@@ -96,19 +38,6 @@ fn hip_runtime_exports_every_function_of_the_table() {
 #[ignore = "needs the ROCm libraries: run `cargo xtask test`"]
 fn hiprtc_exports_every_function_of_the_table() {
     assert_exports(HIPRTC_SONAMES, hip_core::sys::hiprtc::FUNCTIONS);
-}
-
-/// Fails with the fix when the AMD platform was not chosen.
-fn assert_amd_platform() {
-    match hip_core::platform() {
-        Ok(hip_core::Platform::Amd) => {}
-        Ok(other) => panic!("hip-core chose the {other} platform; run with HIP_PLATFORM=amd"),
-        Err(e) => panic!(
-            "the HIP runtime did not load: {e}\n(ROCM_PATH={:?}; the test binary must run under a \
-             loader that can open the ROCm libraries, e.g. /opt/rocm-deb/bin/sid-run)",
-            std::env::var_os("ROCM_PATH")
-        ),
-    }
 }
 
 #[test]
