@@ -54,7 +54,44 @@ struct nn_max {
 #define NN_CACHE 16
 #define NN_CACHE_LN 8
 
-template <typename T>
+// The column of cached element k of thread `tid`: groups of G consecutive columns per thread
+// (G = 4: one 16-byte load of f32; G = 1: one element), consecutive threads on consecutive
+// groups, so every load instruction of a warp reads one contiguous span.
+template <int G> __device__ __forceinline__ u32 nn_col(int k, u32 tid, u32 bd) {
+    return (tid + (u32)(k / G) * bd) * (u32)G + (u32)(k % G);
+}
+
+// Loads / stores one group of G elements starting at column c0 (c0 + G <= cols when c0 < cols).
+template <typename T, int G> struct nn_group {
+    typedef typename rk_compute<T>::type C;
+    static __device__ __forceinline__ void load(const T* r, u32 c0, C* v) {
+#pragma unroll
+        for (int j = 0; j < G; ++j) v[j] = rk_to_compute(r[c0 + j]);
+    }
+    static __device__ __forceinline__ void store(T* r, u32 c0, const C* v) {
+#pragma unroll
+        for (int j = 0; j < G; ++j) r[c0 + j] = rk_from_compute<T>(v[j]);
+    }
+};
+template <> struct nn_group<f32, 4> {
+    static __device__ __forceinline__ void load(const f32* r, u32 c0, float* v) {
+        const float4 q = *reinterpret_cast<const float4*>(r + c0);
+        v[0] = q.x;
+        v[1] = q.y;
+        v[2] = q.z;
+        v[3] = q.w;
+    }
+    static __device__ __forceinline__ void store(f32* r, u32 c0, const float* v) {
+        float4 q;
+        q.x = v[0];
+        q.y = v[1];
+        q.z = v[2];
+        q.w = v[3];
+        *reinterpret_cast<float4*>(r + c0) = q;
+    }
+};
+
+template <typename T, int G>
 __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, u32 cols) {
     typedef typename rk_compute<T>::type C;
     const u32 tid = threadIdx.x, bd = blockDim.x;
@@ -62,33 +99,40 @@ __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, 
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
         C v[NN_CACHE];
-        C m = nn_neg_inf(C());
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) {
-            const u32 c = tid + (u32)k * bd;
-            v[k] = c < cols ? rk_to_compute(xr[c]) : nn_neg_inf(C());
+        for (int k = 0; k < NN_CACHE; k += G) {
+            const u32 c0 = nn_col<G>(k, tid, bd);
+            if (c0 < cols) {
+                nn_group<T, G>::load(xr, c0, &v[k]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < G; ++j) v[k + j] = nn_neg_inf(C());
+            }
         }
+        C m = nn_neg_inf(C());
 #pragma unroll
         for (int k = 0; k < NN_CACHE; ++k) m = rk_fmax(m, v[k]);
         m = nn_block_allreduce(m, nn_max());
         C s = (C)0;
 #pragma unroll
         for (int k = 0; k < NN_CACHE; ++k) {
-            if (tid + (u32)k * bd < cols) {
+            if (nn_col<G>(k, tid, bd) < cols) {
                 v[k] = rk_exp(v[k] - m);
                 s += v[k];
             }
         }
         s = nn_block_allreduce(s, nn_add());
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) {
-            const u32 c = tid + (u32)k * bd;
-            if (c < cols) outr[c] = rk_from_compute<T>(v[k] / s);
+        for (int k = 0; k < NN_CACHE; ++k) v[k] = v[k] / s;
+#pragma unroll
+        for (int k = 0; k < NN_CACHE; k += G) {
+            const u32 c0 = nn_col<G>(k, tid, bd);
+            if (c0 < cols) nn_group<T, G>::store(outr, c0, &v[k]);
         }
     }
 }
 
-template <typename T>
+template <typename T, int G>
 __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T* out, u64 rows,
                                                    u32 cols, float eps) {
     typedef typename rk_compute<T>::type C;
@@ -98,9 +142,14 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T
         T* outr = out + row * cols;
         C v[NN_CACHE];
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) {
-            const u32 c = tid + (u32)k * bd;
-            v[k] = c < cols ? rk_to_compute(xr[c]) : (C)0;
+        for (int k = 0; k < NN_CACHE; k += G) {
+            const u32 c0 = nn_col<G>(k, tid, bd);
+            if (c0 < cols) {
+                nn_group<T, G>::load(xr, c0, &v[k]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < G; ++j) v[k + j] = (C)0;
+            }
         }
         C s2 = (C)0;
 #pragma unroll
@@ -108,11 +157,29 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T
         s2 = nn_block_allreduce(s2, nn_add());
         const C m = rk_sqrt(s2 / (C)cols + (C)eps);
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) {
-            const u32 c = tid + (u32)k * bd;
-            if (c < cols) outr[c] = rk_from_compute<T>(v[k] / m * rk_to_compute(alpha[c]));
+        for (int k = 0; k < NN_CACHE; k += G) {
+            const u32 c0 = nn_col<G>(k, tid, bd);
+            if (c0 < cols) {
+                C a[G];
+                nn_group<T, G>::load(alpha, c0, a);
+#pragma unroll
+                for (int j = 0; j < G; ++j) v[k + j] = v[k + j] / m * a[j];
+                nn_group<T, G>::store(outr, c0, &v[k]);
+            }
         }
     }
+}
+
+// G = 4 (16-byte groups) for f32 rows whose length is a multiple of 4 and whose pointers are
+// 16-byte aligned; G = 1 otherwise.
+template <typename T> __device__ __forceinline__ bool nn_vec4(u32 cols, const void* a, const void* b,
+                                                             const void* c) {
+    return false;
+}
+template <> __device__ __forceinline__ bool nn_vec4<f32>(u32 cols, const void* a, const void* b,
+                                                         const void* c) {
+    return cols % 4 == 0 && (((unsigned long long)a | (unsigned long long)b |
+                              (unsigned long long)c) & 15) == 0;
 }
 
 template <typename T>
@@ -160,7 +227,10 @@ template <typename T>
 __device__ __forceinline__ void nn_softmax(const T* x, T* out, u64 rows, u64 cols) {
     typedef typename rk_compute<T>::type C;
     if (cols <= (u64)NN_CACHE * blockDim.x) {
-        nn_softmax_cached<T>(x, out, rows, (u32)cols);
+        if (nn_vec4<T>((u32)cols, x, out, out))
+            nn_softmax_cached<T, 4>(x, out, rows, (u32)cols);
+        else
+            nn_softmax_cached<T, 1>(x, out, rows, (u32)cols);
         return;
     }
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -182,7 +252,9 @@ __device__ __forceinline__ void nn_rms_norm(const T* x, const T* alpha, T* out, 
                                             u64 cols, float eps) {
     typedef typename rk_compute<T>::type C;
     if (cols <= (u64)NN_CACHE * blockDim.x) {
-        nn_rms_norm_cached<T>(x, alpha, out, rows, (u32)cols, eps);
+        // (16-byte groups measured slower here than for softmax: 52.5 vs 50.1 µs on (4096, 4096)
+        // f32 on an H200; rms_norm keeps one element per group.)
+        nn_rms_norm_cached<T, 1>(x, alpha, out, rows, (u32)cols, eps);
         return;
     }
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {

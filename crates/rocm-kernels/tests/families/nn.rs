@@ -181,6 +181,68 @@ fn row_ops_for<T: TT>(s: &Stream, pairs: &mut Vec<String>, cases: &mut usize) {
     *cases += 3;
 }
 
+/// f32 rows whose buffers are 16-byte aligned and whose length is a multiple of 4 take the
+/// 16-byte-group path (the other tests use offset, unaligned views): softmax and rms_norm
+/// against f64 references, incl. -inf masks and rows shorter than one group per thread.
+fn check_aligned_f32(s: &Stream) -> usize {
+    let mut cases = 0;
+    for (rows, cols) in [(3, 4), (5, 64), (7, 1000), (4, 4096), (2, 8192), (3, 16384)] {
+        for op in [RowOp::Softmax, RowOp::RmsNorm] {
+            let ctx = format!("aligned {op:?} f32 rows {rows} cols {cols}");
+            let mut rng = Lcg::new(seed_for(&ctx));
+            let mut x: Vec<f32> = (0..rows * cols)
+                .map(|_| rng.uniform(-10.0, 10.0) as f32)
+                .collect();
+            if op == RowOp::Softmax {
+                x[..cols / 3].fill(f32::NEG_INFINITY); // a partly masked first row
+            }
+            let alpha: Vec<f32> = (0..cols).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+            let xb = s.alloc_from_host(&x).expect("upload");
+            let ab = s.alloc_from_host(&alpha).expect("upload");
+            let mut out = s.alloc::<f32>(rows * cols).expect("alloc");
+            out.as_mut_slice().memset_async(0xff).expect("poison");
+            match op {
+                RowOp::Softmax => {
+                    nn::softmax_last_dim(s, &xb.as_slice(), &mut out.as_mut_slice(), rows, cols)
+                }
+                _ => nn::rms_norm(
+                    s,
+                    &xb.as_slice(),
+                    &ab.as_slice(),
+                    &mut out.as_mut_slice(),
+                    rows,
+                    cols,
+                    1e-5,
+                ),
+            }
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let got = out.to_host_vec().expect("download");
+            let mut want = Vec::with_capacity(rows * cols);
+            for r in 0..rows {
+                let row: Vec<f64> = x[r * cols..(r + 1) * cols]
+                    .iter()
+                    .map(|&v| v as f64)
+                    .collect();
+                if op == RowOp::Softmax {
+                    let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+                    let sum: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                    want.extend(row.iter().map(|v| ((v - m).exp() / sum, 0.0)));
+                } else {
+                    let m = (row.iter().map(|v| v * v).sum::<f64>() / cols as f64 + 1e-5).sqrt();
+                    want.extend(
+                        row.iter()
+                            .zip(&alpha)
+                            .map(|(v, &a)| (v / m * a as f64, 0.0)),
+                    );
+                }
+            }
+            check_close(&ctx, &got, &want);
+            cases += 1;
+        }
+    }
+    cases
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn nn_row_ops_all_float_dtypes() {
@@ -190,6 +252,7 @@ fn nn_row_ops_all_float_dtypes() {
     row_ops_for::<f16>(&s, &mut pairs, &mut cases);
     row_ops_for::<f32>(&s, &mut pairs, &mut cases);
     row_ops_for::<f64>(&s, &mut pairs, &mut cases);
+    cases += check_aligned_f32(&s);
     println!(
         "nn rows: {} (op, dtype) pairs over {cases} (rows, cols) cases up to 20001 cols: {}",
         pairs.len(),
