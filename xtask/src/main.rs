@@ -3,9 +3,11 @@
 //! * `bindgen`: regenerate the committed FFI bindings from the ROCm headers;
 //! * `build-kernels`: compile the HIP kernels into the committed multi-arch bundles (or `--check` them);
 //! * `install-rocm`: install (or find) the ROCm headers, libraries and AMDGPU clang;
+//! * `patch-candle`: Candle with our out-of-tree device hook, for the `tensor/` workspace;
 //! * `test`: the project's test command (tier 1 everywhere, tier 2 with the ROCm libraries).
 
 mod bindgen;
+mod candle_patch;
 mod kernels;
 mod rocm;
 mod test;
@@ -23,8 +25,9 @@ fn main() -> ExitCode {
         "build-kernels" => kernels::run(rest),
         "install-rocm" => rocm::install(rest).map(|_| ()),
         "test" => test::run(rest),
+        "patch-candle" => candle_patch::run(rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <bindgen | build-kernels | install-rocm | test> [args]");
+            println!("usage: cargo xtask <bindgen | build-kernels | install-rocm | patch-candle | test> [args]");
             Ok(())
         }
         other => Err(format!(
