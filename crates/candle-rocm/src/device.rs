@@ -276,12 +276,19 @@ impl BackendDevice for RocmDevice {
         Self::with_ordinal(ordinal)
     }
 
-    /// `DeviceLocation::Cuda { gpu_id: ordinal }`.
+    /// With the `tensor` feature (patched Candle): `DeviceLocation::Ext { backend: "rocm",
+    /// gpu_id: ordinal }`.
     ///
-    /// candle-core 0.11.1's `DeviceLocation` is a closed enum (`Cpu`, `Cuda`, `Metal`) with no
-    /// variant for ROCm, and `Cuda` is the one that carries a GPU ordinal. The Tensor-level
-    /// patch (a later issue) adds a ROCm variant; until then this is what callers see.
+    /// Without it, `DeviceLocation::Cuda { gpu_id: ordinal }`: candle-core 0.11.1's
+    /// `DeviceLocation` is a closed enum (`Cpu`, `Cuda`, `Metal`) with no variant for an
+    /// out-of-tree device, and `Cuda` is the one that carries a GPU ordinal.
     fn location(&self) -> DeviceLocation {
+        #[cfg(feature = "tensor")]
+        return DeviceLocation::Ext {
+            backend: crate::tensor::BACKEND_NAME,
+            gpu_id: self.ordinal(),
+        };
+        #[cfg(not(feature = "tensor"))]
         DeviceLocation::Cuda {
             gpu_id: self.ordinal(),
         }

@@ -1,0 +1,175 @@
+//! Tensor-level Candle on ROCm (feature `tensor`): `Device::new_rocm(ordinal)`.
+//!
+//! Needs Candle with our out-of-tree device hook (`candle_core::ext`, from
+//! `cargo xtask patch-candle`, used through `[patch.crates-io]`; see docs/tensor-integration.md).
+//! [`RocmDevice`] becomes a `Device::Ext` device named `"rocm"`: every tensor op reaches
+//! [`RocmStorage`]'s `BackendStorage` methods, and candle's fused ops (candle-nn's softmax,
+//! rms_norm, layer_norm, rope, rope_i, rope_thd, sigmoid; candle's `arg_sort_last_dim`) reach
+//! our fused kernels through [`ExtBackendStorage::fused`].
+//!
+//! ```no_run
+//! use candle_core::{Device, Tensor};
+//! use candle_rocm::RocmDeviceExt;
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let device = Device::new_rocm(0)?;
+//! let a = Tensor::new(&[[1f32, 2.], [3., 4.]], &device)?;
+//! let b = a.matmul(&a.t()?)?.to_device(&Device::Cpu)?;
+//! assert_eq!(b.to_vec2::<f32>()?, [[5., 11.], [11., 25.]]);
+//! # Ok(())
+//! # }
+//! ```
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::ext::{ExtBackendDevice, ExtBackendStorage, ExtDevice, FusedOp};
+use candle_core::{op, Device, Layout, Result, Shape, Tensor};
+
+use crate::{RocmDevice, RocmError, RocmStorage};
+use rocm_kernels::nn::RopeKind;
+
+/// The backend name in `DeviceLocation::Ext { backend, .. }` and in error messages.
+pub const BACKEND_NAME: &str = "rocm";
+
+impl ExtBackendDevice for RocmDevice {
+    const NAME: &'static str = BACKEND_NAME;
+
+    fn ordinal(&self) -> usize {
+        RocmDevice::ordinal(self)
+    }
+}
+
+impl ExtBackendStorage for RocmStorage {
+    fn fused(&self, op: &FusedOp, inputs: &[(&Self, &Layout)]) -> Result<(Self, Shape)> {
+        let operand = |i: usize| {
+            inputs.get(i).copied().ok_or_else(|| {
+                candle_core::Error::from(RocmError::layout(
+                    op.name(),
+                    format!("expected more than {} inputs", inputs.len()),
+                ))
+            })
+        };
+        let (x, l) = operand(0)?;
+        let shape = l.shape().clone();
+        let out = match *op {
+            FusedOp::SoftmaxLastDim => x.softmax_last_dim(l)?,
+            FusedOp::RmsNorm { eps } => {
+                let (a, al) = operand(1)?;
+                x.rms_norm(l, a, al, eps)?
+            }
+            FusedOp::LayerNorm { eps } => {
+                let (a, al) = operand(1)?;
+                let (b, bl) = operand(2)?;
+                x.layer_norm(l, a, al, b, bl, eps)?
+            }
+            FusedOp::Rope | FusedOp::RopeI | FusedOp::RopeThd => {
+                let kind = match *op {
+                    FusedOp::Rope => RopeKind::Rope,
+                    FusedOp::RopeI => RopeKind::Interleaved,
+                    _ => RopeKind::Thd,
+                };
+                let (c, cl) = operand(1)?;
+                let (s, sl) = operand(2)?;
+                x.rope(l, c, cl, s, sl, kind)?
+            }
+            FusedOp::ArgSortLastDim { ascending } => x.arg_sort_last_dim(l, ascending)?,
+            FusedOp::Sigmoid => sigmoid(x, l)?,
+            // `FusedOp` is non-exhaustive: an op added to Candle later is a typed error here.
+            _ => {
+                return Err(RocmError::unsupported(
+                    op.name(),
+                    BackendStorage::dtype(x),
+                    "this fused op has no ROCm implementation",
+                )
+                .into())
+            }
+        };
+        Ok((out, shape))
+    }
+}
+
+/// `1 / (1 + exp(-x))`, as candle-nn's CPU version computes it (each step in the input dtype).
+fn sigmoid(x: &RocmStorage, l: &Layout) -> Result<RocmStorage> {
+    let neg = x.unary_impl::<op::Neg>(l)?;
+    let contiguous = Layout::contiguous(l.shape());
+    let exp = neg.unary_impl::<op::Exp>(&contiguous)?;
+    let plus_one = exp.affine(&contiguous, 1.0, 1.0)?;
+    plus_one.unary_impl::<op::Recip>(&contiguous)
+}
+
+/// `Device::new_rocm` and friends on candle's [`Device`].
+pub trait RocmDeviceExt: Sized {
+    /// The ROCm GPU with this ordinal as a candle device (`Device::Ext`, backend `"rocm"`).
+    fn new_rocm(ordinal: usize) -> Result<Self>;
+    /// The ROCm GPU with this ordinal when one can be opened, else the CPU.
+    fn rocm_if_available(ordinal: usize) -> Result<Self>;
+    /// Whether this is a ROCm device.
+    fn is_rocm(&self) -> bool;
+    /// The [`RocmDevice`] behind a ROCm device, or an error for any other device.
+    fn as_rocm_device(&self) -> Result<&RocmDevice>;
+}
+
+impl RocmDeviceExt for Device {
+    fn new_rocm(ordinal: usize) -> Result<Self> {
+        Ok(Device::Ext(ExtDevice::new(RocmDevice::new(ordinal)?)))
+    }
+
+    fn rocm_if_available(ordinal: usize) -> Result<Self> {
+        match RocmDevice::new(ordinal) {
+            Ok(d) => Ok(Device::Ext(ExtDevice::new(d))),
+            Err(_) => Ok(Device::Cpu),
+        }
+    }
+
+    fn is_rocm(&self) -> bool {
+        matches!(self, Device::Ext(d) if d.downcast_ref::<RocmDevice>().is_some())
+    }
+
+    fn as_rocm_device(&self) -> Result<&RocmDevice> {
+        match self {
+            Device::Ext(d) => d
+                .downcast_ref::<RocmDevice>()
+                .ok_or_else(|| not_rocm(self.location())),
+            other => Err(not_rocm(other.location())),
+        }
+    }
+}
+
+fn not_rocm(location: candle_core::DeviceLocation) -> candle_core::Error {
+    candle_core::Error::Msg(format!("expected a ROCm device, got {location:?}")).bt()
+}
+
+/// Runs `f` on the [`RocmStorage`] of a tensor on a ROCm device (with the tensor's layout), e.g.
+/// to launch a custom kernel on its buffer; an error for tensors on other devices.
+pub fn with_rocm_storage<R>(
+    tensor: &Tensor,
+    f: impl FnOnce(&RocmStorage, &Layout) -> Result<R>,
+) -> Result<R> {
+    let (storage, layout) = tensor.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Ext(s) => match s.downcast_ref::<RocmStorage>() {
+            Some(s) => f(s, layout),
+            None => Err(not_rocm(tensor.device().location())),
+        },
+        _ => Err(not_rocm(tensor.device().location())),
+    }
+}
+
+/// A tensor on a ROCm device made from a [`RocmStorage`] (contiguous, of this shape).
+pub fn tensor_from_rocm_storage(storage: RocmStorage, shape: impl Into<Shape>) -> Result<Tensor> {
+    let shape = shape.into();
+    let n = shape.elem_count();
+    let len = storage.len();
+    if len < n {
+        return Err(RocmError::layout(
+            "tensor_from_rocm_storage",
+            format!("the storage holds {len} elements, the shape {shape:?} needs {n}"),
+        )
+        .into());
+    }
+    Ok(Tensor::from_storage(
+        candle_core::Storage::Ext(candle_core::ext::ExtStorage::new(storage)),
+        shape,
+        candle_core::op::BackpropOp::none(),
+        false,
+    ))
+}
