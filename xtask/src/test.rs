@@ -4,6 +4,9 @@
 //!    one prints `ROCm prefix up to date`;
 //! 2. tier 1: `cargo test --workspace --no-fail-fast` (tests that need a GPU are `#[ignore]`d and
 //!    show as such);
+//!    then `cargo xtask patch-candle` and the `tensor/` workspace's tests (Candle's own
+//!    `test_device!` tests on Candle's CPU backend behind the `Device::Ext` hook, models on the
+//!    CPU; `CANDLE_EXT_TEST_DEVICE=cpu`);
 //! 3. tier 2: the steps of [`TIER2`], with the ROCm libraries (and, for the Debian packages, the
 //!    `sid-run` loader they need as cargo's target runner);
 //! 4. a summary. Every step runs even if an earlier one failed; the command fails if any did.
@@ -174,6 +177,44 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut cmd = Command::new(&cargo);
     cmd.args(&tier1).current_dir(&root);
     results.push(run_step("tier 1: cargo test --workspace", &mut cmd, &tier1));
+
+    // 2b. tier 1, Tensor level: Candle patched with our device hook (the `tensor/` workspace),
+    // Candle's own device tests on its CPU backend behind the hook, the models on the CPU.
+    let t = Instant::now();
+    let patched = crate::candle_patch::patch_candle(&root, &root.join("target/patched-candle"));
+    results.push(StepResult {
+        name: "tier 1: cargo xtask patch-candle".into(),
+        outcome: match &patched {
+            Ok(()) => Outcome::Passed,
+            Err(e) => Outcome::Failed(e.clone()),
+        },
+        secs: t.elapsed().as_secs_f64(),
+    });
+    let mut tensor: Vec<String> = vec![
+        "test".into(),
+        "--manifest-path".into(),
+        "tensor/Cargo.toml".into(),
+        "--workspace".into(),
+        "--no-fail-fast".into(),
+    ];
+    tensor.extend(extra.iter().cloned());
+    if patched.is_ok() {
+        let mut cmd = Command::new(&cargo);
+        cmd.args(&tensor)
+            .current_dir(&root)
+            .env("CANDLE_EXT_TEST_DEVICE", "cpu");
+        results.push(run_step(
+            "tier 1: tensor/ workspace (Candle's device tests on the CPU behind Device::Ext)",
+            &mut cmd,
+            &tensor,
+        ));
+    } else {
+        results.push(StepResult {
+            name: "tier 1: tensor/ workspace".into(),
+            outcome: Outcome::Failed("the Candle patch did not apply".into()),
+            secs: 0.0,
+        });
+    }
 
     // 3. tier 2
     let runner_var = runner_variable();
