@@ -14,8 +14,8 @@
 //! ## Semantics, and where they differ from candle-nn's CPU versions
 //! * softmax: `exp(x - max) / sum(exp(x - max))` per row, the max ignoring NaNs (Rust's `max`);
 //!   a NaN anywhere in a row makes the whole row NaN, as in Candle.
-//! * rms_norm: `x / sqrt(mean(x^2) + eps) * alpha`. candle-nn's CPU version has no f64; it is
-//!   supported here (in f64).
+//! * rms_norm: `x / sqrt(mean(x^2) + eps) * alpha`, computed as `x * (1 / sqrt(..)) * alpha`
+//!   (one division per row). candle-nn's CPU version has no f64; it is supported here (in f64).
 //! * layer_norm: `(x - mean) / sqrt(var + eps) * alpha + beta`, biased variance computed in two
 //!   passes (candle-nn's CPU version computes `E[x^2] - E[x]^2` in f32, which cancels when
 //!   `|mean| >> std`). f64 is supported here (candle-nn's CPU version has none).
