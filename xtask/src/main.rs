@@ -1,5 +1,6 @@
 //! `cargo xtask`: the workspace's automation, run as `cargo xtask <command>`.
 //!
+//! * `demo`: the README's first command (sentence embeddings on the GPU, Tensor-level Candle);
 //! * `bindgen`: regenerate the committed FFI bindings from the ROCm headers;
 //! * `build-kernels`: compile the HIP kernels into the committed multi-arch bundles (or `--check` them);
 //! * `install-rocm`: install (or find) the ROCm headers, libraries and AMDGPU clang;
@@ -8,6 +9,7 @@
 
 mod bindgen;
 mod candle_patch;
+mod demo;
 mod kernels;
 mod rocm;
 mod test;
@@ -26,8 +28,9 @@ fn main() -> ExitCode {
         "install-rocm" => rocm::install(rest).map(|_| ()),
         "test" => test::run(rest),
         "patch-candle" => candle_patch::run(rest),
+        "demo" => demo::run(rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <bindgen | build-kernels | install-rocm | patch-candle | test> [args]");
+            println!("usage: cargo xtask <demo | bindgen | build-kernels | install-rocm | patch-candle | test> [args]");
             Ok(())
         }
         other => Err(format!(
