@@ -158,7 +158,7 @@ pub fn with_rocm_storage<R>(
 pub fn tensor_from_rocm_storage(storage: RocmStorage, shape: impl Into<Shape>) -> Result<Tensor> {
     let shape = shape.into();
     let n = shape.elem_count();
-    let len = storage.len();
+    let len = storage.as_slice().len();
     if len < n {
         return Err(RocmError::layout(
             "tensor_from_rocm_storage",

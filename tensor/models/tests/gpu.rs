@@ -1,0 +1,290 @@
+//! Tensor-level Candle on a ROCm device (`Device::new_rocm(0)`), against Candle's CPU backend:
+//! device basics, candle-nn's fused ops on random inputs, a 125M-parameter llama-style decoder
+//! (prefill + 32 greedy steps with its KV cache) and all-MiniLM-L6-v2 sentence embeddings.
+//!
+//! Every test needs a GPU (`#[ignore = "needs a GPU"]`); the MiniLM test also needs the model
+//! directory (`CANDLE_ROCM_MINILM_DIR`, with `model.f16.safetensors`: the GPU machine takes at
+//! most 64 MiB per run, the f32 file is 87 MiB). On NVIDIA: `HIP_PLATFORM=nvidia`.
+
+mod common;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, DeviceLocation, IndexOp, Tensor, D};
+use candle_rocm::RocmDeviceExt;
+use candle_rocm_models::bert::{cosine_similarity_rows, SentenceEmbedder, WEIGHTS_F16};
+use candle_rocm_models::llama;
+
+fn rocm() -> Device {
+    Device::new_rocm(0).expect("a ROCm device (HIP_PLATFORM=nvidia on NVIDIA)")
+}
+
+/// Seeded host values in [-2, 2) (a small LCG: the test needs no RNG crate).
+fn host_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let a = a
+        .to_device(&Device::Cpu)
+        .and_then(|t| t.to_dtype(DType::F32))
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())
+        .unwrap();
+    let b = b
+        .to_device(&Device::Cpu)
+        .and_then(|t| t.to_dtype(DType::F32))
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())
+        .unwrap();
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| {
+            assert_eq!(x.is_nan(), y.is_nan(), "NaN in one result only");
+            (x - y).abs()
+        })
+        .fold(0f32, f32::max)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn device_basics() {
+    let dev = rocm();
+    assert!(dev.is_rocm() && dev.is_ext() && !dev.is_cuda() && !dev.is_cpu());
+    assert_eq!(
+        dev.location(),
+        DeviceLocation::Ext {
+            backend: "rocm",
+            gpu_id: 0
+        }
+    );
+    assert!(dev.same_device(&dev.clone()));
+    assert!(!dev.same_device(&Device::Cpu));
+    assert_eq!(dev.as_rocm_device().unwrap().ordinal(), 0);
+    assert!(Device::Cpu.as_rocm_device().is_err());
+
+    let a = Tensor::new(&[[1f32, 2.], [3., 4.]], &dev).unwrap();
+    assert!(format!("{a}").contains("rocm:0"), "{a}");
+    let b = a.matmul(&a.t().unwrap()).unwrap();
+    assert_eq!(b.device().location(), dev.location());
+    assert_eq!(b.to_vec2::<f32>().unwrap(), [[5., 11.], [11., 25.]]);
+    // CPU <-> ROCm, and ROCm -> ROCm (a second handle on the same GPU).
+    let on_cpu = b.to_device(&Device::Cpu).unwrap();
+    let back = on_cpu.to_device(&dev).unwrap();
+    let other = back.to_device(&rocm()).unwrap();
+    assert_eq!(other.to_vec2::<f32>().unwrap(), [[5., 11.], [11., 25.]]);
+    // Transposed, narrowed views keep their layout across devices.
+    let t = Tensor::arange(0u32, 12, &dev)
+        .unwrap()
+        .reshape((3, 4))
+        .unwrap();
+    let view = t.t().unwrap().narrow(0, 1, 2).unwrap();
+    assert_eq!(
+        view.to_device(&Device::Cpu)
+            .unwrap()
+            .to_vec2::<u32>()
+            .unwrap(),
+        [[1, 5, 9], [2, 6, 10]]
+    );
+
+    // Errors, never panics: device mismatch, quantized storage, an out-of-range index.
+    let cpu = Tensor::new(&[1f32, 2.], &Device::Cpu).unwrap();
+    let gpu = cpu.to_device(&dev).unwrap();
+    let err = (&cpu + &gpu).unwrap_err().to_string();
+    assert!(err.contains("device mismatch"), "{err}");
+    let err = QTensor::quantize(
+        &Tensor::zeros((32, 32), DType::F32, &dev).unwrap(),
+        GgmlDType::Q8_0,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("quantized"), "{err}");
+    let ids = Tensor::new(&[0u32, 7], &dev).unwrap();
+    let res = gpu.index_select(&ids, 0).and_then(|t| t.to_vec1::<f32>());
+    assert!(res.is_err(), "index 7 of 2 must be an error: {res:?}");
+
+    // Seeded random numbers repeat.
+    dev.set_seed(7).unwrap();
+    let r1 = Tensor::randn(0f32, 1., 1000, &dev)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    dev.set_seed(7).unwrap();
+    let r2 = Tensor::randn(0f32, 1., 1000, &dev)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    assert_eq!(r1, r2);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn fused_ops_match_cpu() {
+    let dev = rocm();
+    let (b, h, t, d) = (2, 4, 37, 64);
+    let x_cpu =
+        Tensor::from_vec(host_values(b * h * t * d, 1), (b, h, t, d), &Device::Cpu).unwrap();
+    let alpha_cpu = Tensor::from_vec(host_values(d, 2), d, &Device::Cpu).unwrap();
+    let beta_cpu = Tensor::from_vec(host_values(d, 3), d, &Device::Cpu).unwrap();
+    let cos_cpu = Tensor::from_vec(host_values(t * d / 2, 4), (t, d / 2), &Device::Cpu).unwrap();
+    let sin_cpu = Tensor::from_vec(host_values(t * d / 2, 5), (t, d / 2), &Device::Cpu).unwrap();
+    for (dtype, tol) in [
+        (DType::F32, 1e-5f32),
+        (DType::F16, 2e-2),
+        (DType::BF16, 1e-1),
+    ] {
+        let on = |x: &Tensor, dev: &Device| x.to_dtype(dtype).unwrap().to_device(dev).unwrap();
+        let run = |dev: &Device| -> Vec<(&'static str, Tensor)> {
+            let x = on(&x_cpu, dev);
+            let (alpha, beta) = (on(&alpha_cpu, dev), on(&beta_cpu, dev));
+            let (cos, sin) = (on(&cos_cpu, dev), on(&sin_cpu, dev));
+            let x_thd = x.transpose(1, 2).unwrap().contiguous().unwrap();
+            vec![
+                (
+                    "softmax_last_dim",
+                    candle_nn::ops::softmax_last_dim(&x).unwrap(),
+                ),
+                (
+                    "rms_norm",
+                    candle_nn::ops::rms_norm(&x, &alpha, 1e-5).unwrap(),
+                ),
+                (
+                    "layer_norm",
+                    candle_nn::ops::layer_norm(&x, &alpha, &beta, 1e-5).unwrap(),
+                ),
+                ("rope", candle_nn::rotary_emb::rope(&x, &cos, &sin).unwrap()),
+                (
+                    "rope_i",
+                    candle_nn::rotary_emb::rope_i(&x, &cos, &sin).unwrap(),
+                ),
+                (
+                    "rope_thd",
+                    candle_nn::rotary_emb::rope_thd(&x_thd, &cos, &sin).unwrap(),
+                ),
+                ("sigmoid", candle_nn::ops::sigmoid(&x).unwrap()),
+                (
+                    "sigmoid(transposed)",
+                    candle_nn::ops::sigmoid(&x.t().unwrap()).unwrap(),
+                ),
+            ]
+        };
+        let (gpu, cpu) = (run(&dev), run(&Device::Cpu));
+        for ((name, g), (_, c)) in gpu.iter().zip(&cpu) {
+            assert_eq!(g.dims(), c.dims(), "{name} {dtype:?}");
+            assert_eq!(g.dtype(), dtype, "{name}");
+            let diff = max_abs_diff(g, c);
+            // Relative to the largest CPU magnitude (the norms scale by alpha up to ~2 * |x| / rms).
+            let scale = c
+                .to_dtype(DType::F32)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+                .max(1.0);
+            println!("{name:>20} {dtype:?}: max |gpu - cpu| {diff:.3e} (scale {scale:.2})");
+            assert!(
+                diff <= tol * scale,
+                "{name} {dtype:?}: {diff} > {tol} * {scale}"
+            );
+        }
+    }
+    // arg_sort (asc/desc) of distinct values: exact.
+    let v = Tensor::from_vec(host_values(5 * 300, 9), (5, 300), &Device::Cpu).unwrap();
+    for asc in [true, false] {
+        let g = v.to_device(&dev).unwrap().arg_sort_last_dim(asc).unwrap();
+        let c = v.arg_sort_last_dim(asc).unwrap();
+        assert_eq!(
+            g.to_vec2::<u32>().unwrap(),
+            c.to_vec2::<u32>().unwrap(),
+            "asc={asc}"
+        );
+    }
+    // Softmax rows sum to one on the device too (a reduction after the fused op).
+    let s = candle_nn::ops::softmax_last_dim(&x_cpu.to_device(&dev).unwrap())
+        .unwrap()
+        .sum(D::Minus1)
+        .unwrap()
+        .i((0, 0))
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    assert!(s.iter().all(|v| (v - 1.0).abs() < 1e-5), "{s:?}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn llama_125m_greedy_decode_matches_cpu() {
+    let dev = rocm();
+    let cfg = llama::config_125m();
+    let params = llama::param_count(&cfg).unwrap();
+    assert!(params >= 100_000_000, "{params}");
+    // Weights generated on the GPU (seeded), the same values copied to the CPU for the reference.
+    let weights = llama::random_weights(&cfg, &dev, 1234).unwrap();
+    let cpu_weights = llama::weights_to_device(&weights, &Device::Cpu).unwrap();
+    let gpu_model = llama::build(&cfg, &weights, DType::F32, &dev).unwrap();
+    let cpu_model = llama::build(&cfg, &cpu_weights, DType::F32, &Device::Cpu).unwrap();
+    let prompt: Vec<u32> = vec![1, 450, 4996, 17354, 1701, 432, 17204, 975];
+    let steps = 32;
+    let gpu = llama::generate(&gpu_model, &prompt, steps, true).unwrap();
+    let cpu = llama::generate(&cpu_model, &prompt, steps, true).unwrap();
+    let mut worst = 0f32;
+    for (step, (g, c)) in gpu.logits.iter().zip(&cpu.logits).enumerate() {
+        let d = max_abs_diff(g, c);
+        worst = worst.max(d);
+        if step < 2 || step == steps - 1 {
+            println!("step {step}: max |logit gpu - cpu| {d:.3e}");
+        }
+    }
+    println!(
+        "llama {params} params: gpu tokens {:?}\n  cpu tokens {:?}\n  largest logit difference over {steps} steps: {worst:.3e}; \
+         gpu prefill {:?}, decode {:?}; cpu prefill {:?}, decode {:?}",
+        gpu.tokens, cpu.tokens, gpu.prefill, gpu.decode, cpu.prefill, cpu.decode
+    );
+    assert_eq!(gpu.tokens.len(), steps);
+    assert_eq!(gpu.tokens, cpu.tokens);
+    assert!(worst < 1e-2, "largest logit difference {worst}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn minilm_embeddings_match_cpu() {
+    let dir = common::dir();
+    let rows = common::reference();
+    let sentences = common::sentences(&rows);
+    let dev = rocm();
+    // The CPU reference runs the same f16 weights in f32.
+    let cpu = SentenceEmbedder::load(&dir, WEIGHTS_F16, DType::F32, &Device::Cpu)
+        .unwrap()
+        .embed(&sentences)
+        .unwrap();
+    for (dtype, min_cos) in [(DType::F32, 0.9999f32), (DType::F16, 0.999)] {
+        let m = SentenceEmbedder::load(&dir, WEIGHTS_F16, dtype, &dev).unwrap();
+        let gpu = m.embed(&sentences).unwrap();
+        assert_eq!(gpu.device().location(), dev.location());
+        let cos = cosine_similarity_rows(&gpu, &cpu).unwrap();
+        let lowest = cos.iter().copied().fold(f32::INFINITY, f32::min);
+        println!(
+            "MiniLM {dtype:?} on rocm vs CPU f32 (f16 weights), {} sentences: lowest cosine {lowest:.7}, max |diff| {:.2e}",
+            cos.len(),
+            max_abs_diff(&gpu, &cpu)
+        );
+        assert!(lowest >= min_cos, "{dtype:?}: cosine {lowest} < {min_cos}");
+        if dtype == DType::F32 {
+            // And against the float64 reference of the f32 weights (f16 rounding of the weights).
+            common::check(&gpu, &rows, 0.99999, 5e-4, "rocm f32 vs float64 reference");
+        }
+    }
+}
