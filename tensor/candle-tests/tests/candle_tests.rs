@@ -1,0 +1,149 @@
+//! Candle's own `test_device!` tests, bodies unchanged, on the out-of-tree device (`Device::Ext`).
+//!
+//! The modules (`tensor_tests`, `matmul_tests`, `conv_tests`, `pool_tests`, `bilinear_tests`,
+//! `grad_tests`, `layout_tests` from candle-core, `nn_ops` from candle-nn's `tests/ops.rs`) are
+//! Candle's test files, as `#[path]` modules that build.rs lists in `$OUT_DIR`. Under `cfg(candle_ext_device)`
+//! (set by build.rs) the patched `test_device!` macro adds, next to Candle's `<test>_cpu`, a test
+//! `<test>::ext` that runs the same body on [`candle_ext_test_device`].
+//!
+//! The device comes from `CANDLE_EXT_TEST_DEVICE`: `cpu` (default): Candle's CPU backend behind
+//! the ext hook; `rocm`: candle-rocm's device of ordinal `CANDLE_EXT_TEST_ORDINAL` (default 0).
+
+// candle-nn's tests name candle-core `candle`.
+extern crate candle_core as candle;
+
+use candle_core::{Error, Result};
+
+include!(concat!(env!("OUT_DIR"), "/candle_test_modules.rs"));
+
+/// Environment variable choosing the ext test device: `cpu` (default) or `rocm`.
+pub const DEVICE_VAR: &str = "CANDLE_EXT_TEST_DEVICE";
+/// Environment variable with the ROCm device ordinal (default 0) when the device is `rocm`.
+pub const ORDINAL_VAR: &str = "CANDLE_EXT_TEST_ORDINAL";
+
+/// The device the `ext` tests run on, created once per process (see the crate docs for the
+/// environment variables). A failure to create it is an error of every `ext` test.
+#[cfg(candle_ext_device)]
+pub fn candle_ext_test_device() -> Result<candle_core::Device> {
+    use std::sync::OnceLock;
+    static DEVICE: OnceLock<std::result::Result<candle_core::Device, String>> = OnceLock::new();
+    DEVICE
+        .get_or_init(|| create_device().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(Error::Msg)
+}
+
+/// The ext test devices this harness knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// Candle's CPU backend behind the ext hook.
+    Cpu,
+    /// candle-rocm's device of this ordinal.
+    Rocm(usize),
+}
+
+/// Reads the choice from [`DEVICE_VAR`] and [`ORDINAL_VAR`].
+#[cfg(candle_ext_device)]
+fn choice_from_env() -> Result<Choice> {
+    parse_choice(
+        env_value(DEVICE_VAR)?.as_deref(),
+        env_value(ORDINAL_VAR)?.as_deref(),
+    )
+}
+
+/// An environment variable's value; `None` when it is unset or empty.
+fn env_value(name: &str) -> Result<Option<String>> {
+    match std::env::var(name) {
+        Ok(value) if value.is_empty() => Ok(None),
+        Ok(value) => Ok(Some(value)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(Error::Msg(format!("{name}: {e}"))),
+    }
+}
+
+/// Interprets the values of [`DEVICE_VAR`] and [`ORDINAL_VAR`] (`None`: unset).
+fn parse_choice(device: Option<&str>, ordinal: Option<&str>) -> Result<Choice> {
+    match device {
+        None | Some("cpu") => Ok(Choice::Cpu),
+        Some("rocm") => {
+            let ordinal = match ordinal {
+                None => 0,
+                Some(text) => text.parse::<usize>().map_err(|e| {
+                    Error::Msg(format!(
+                        "{ORDINAL_VAR}={text:?} is not a device ordinal (a non-negative integer): {e}"
+                    ))
+                })?,
+            };
+            Ok(Choice::Rocm(ordinal))
+        }
+        Some(other) => Err(Error::Msg(format!(
+            "{DEVICE_VAR}={other:?} is not supported: the accepted values are `cpu` (the default: \
+             Candle's CPU backend behind Device::Ext) and `rocm` (candle-rocm, ordinal from \
+             {ORDINAL_VAR}, default 0)"
+        ))),
+    }
+}
+
+/// Creates the device [`choice_from_env`] names.
+#[cfg(candle_ext_device)]
+fn create_device() -> Result<candle_core::Device> {
+    use candle_core::Device;
+    match choice_from_env()? {
+        Choice::Cpu => Ok(Device::Ext(candle_core::ext::ExtDevice::cpu())),
+        Choice::Rocm(ordinal) => Ok(<Device as candle_rocm::tensor::RocmDeviceExt>::new_rocm(
+            ordinal,
+        )?),
+    }
+}
+
+/// Tests of the harness itself (not Candle's).
+mod harness {
+    use super::{parse_choice, Choice};
+
+    #[test]
+    fn device_choice_default() {
+        assert_eq!(parse_choice(None, None).unwrap(), Choice::Cpu);
+        assert_eq!(parse_choice(Some("cpu"), Some("3")).unwrap(), Choice::Cpu);
+    }
+
+    #[test]
+    fn device_choice_rocm_ordinal() {
+        assert_eq!(parse_choice(Some("rocm"), None).unwrap(), Choice::Rocm(0));
+        assert_eq!(
+            parse_choice(Some("rocm"), Some("2")).unwrap(),
+            Choice::Rocm(2)
+        );
+        let err = parse_choice(Some("rocm"), Some("-1"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("CANDLE_EXT_TEST_ORDINAL=\"-1\""), "{err}");
+    }
+
+    /// The `ext` tests really run on `Device::Ext`: results live in ext storage.
+    #[cfg(candle_ext_device)]
+    #[test]
+    fn ext_device_computes_in_ext_storage() -> candle_core::Result<()> {
+        use candle_core::{Device, DeviceLocation, Storage, Tensor};
+        let device = crate::candle_ext_test_device()?;
+        assert!(device.is_ext(), "{device:?}");
+        let t = Tensor::arange(0f32, 6., &device)?.reshape((2, 3))?;
+        let sum = (&t + &t)?;
+        assert!(matches!(
+            &*sum.storage_and_layout().0,
+            Storage::Ext(storage) if Device::Ext(storage.device()).same_device(&device)
+        ));
+        assert!(matches!(
+            sum.device().location(),
+            DeviceLocation::Ext { .. }
+        ));
+        assert_eq!(sum.to_vec2::<f32>()?, [[0., 2., 4.], [6., 8., 10.]]);
+        Ok(())
+    }
+
+    #[test]
+    fn device_choice_rejects_unknown_names() {
+        let err = parse_choice(Some("cuda"), None).unwrap_err().to_string();
+        assert!(err.contains("CANDLE_EXT_TEST_DEVICE=\"cuda\""), "{err}");
+        assert!(err.contains("`cpu`") && err.contains("`rocm`"), "{err}");
+    }
+}
