@@ -24,8 +24,9 @@
 // is skipped the same way (0 written, nothing read or written out of bounds) and recorded in
 // `err` (u32[8], see ix_report), which the host checks.
 //
-// scatter (set) with several ids naming one destination element keeps one of the values
-// (unspecified which). scatter_add/index_add accumulate atomically (for floats the order, hence
+// scatter (set) runs one thread per fiber along `dim` (numel / ids_dim of them), walking the
+// fiber in order, so that of several ids naming one destination element the last one along
+// `dim` wins, as on Candle's CPU and CUDA backends. scatter_add/index_add accumulate atomically (for floats the order, hence
 // the rounding, is unspecified); integer sums wrap. 8- and 16-bit types use compare-and-swap
 // loops on the aligned 32-bit word holding the element.
 
@@ -198,20 +199,31 @@ template <bool ADD, typename I, typename T>
 __device__ __forceinline__ void ix_scatter(u64 numel, u64 num_dims, const u64* info, const I* ids,
                                            const T* src, T* dst, u64 ids_dim, u64 right,
                                            u64 dst_dim, u64 dst_dim_stride, u32* err) {
-    ix_for_each<3>(numel, num_dims, info, ids_dim, right, dst_dim,
-                   [=](u64, u64, const u64* off) {
-                       const I idx = ids[off[0]];
-                       u64 pos = 0;
-                       const int c = ix_classify(idx, dst_dim, &pos);
-                       if (c == IX_VALID) {
-                           T* p = dst + off[2] + pos * dst_dim_stride;
-                           if (ADD) ix_atomic_add(p, src[off[1]]);
-                           else *p = src[off[1]];
-                       } else if (c == IX_OUT_OF_RANGE) {
-                           ix_report(err, ADD ? IX_ERR_SCATTER_ADD : IX_ERR_SCATTER, idx,
-                                     dst_dim);
-                       }
-                   });
+    auto visit = [=](u64, u64, const u64* off) {
+        const I idx = ids[off[0]];
+        u64 pos = 0;
+        const int c = ix_classify(idx, dst_dim, &pos);
+        if (c == IX_VALID) {
+            T* p = dst + off[2] + pos * dst_dim_stride;
+            if (ADD) ix_atomic_add(p, src[off[1]]);
+            else *p = src[off[1]];
+        } else if (c == IX_OUT_OF_RANGE) {
+            ix_report(err, ADD ? IX_ERR_SCATTER_ADD : IX_ERR_SCATTER, idx, dst_dim);
+        }
+    };
+    if (ADD) {
+        ix_for_each<3>(numel, num_dims, info, ids_dim, right, dst_dim, visit);
+        return;
+    }
+    // Set: fiber p = (left, r) walks j = 0..ids_dim in order (the last write wins).
+    const u64 fibers = numel / ids_dim;
+    for (u64 p = rk_thread_id(); p < fibers; p += rk_thread_count()) {
+        const u64 left = p / right;
+        const u64 r = p - left * right;
+        for (u64 j = 0; j < ids_dim; ++j)
+            ix_visit<u64, 3>((left * ids_dim + j) * right + r, (u32)num_dims, info, ids_dim,
+                             right, dst_dim, visit);
+    }
 }
 
 template <typename I, typename T>

@@ -29,8 +29,8 @@
 //! * `gather` with ids smaller than the source in a dim other than `dim` reads by coordinates
 //!   (`out[.., i, ..] = src[.., ids[.., i, ..], ..]`, PyTorch's definition); Candle's CPU backend
 //!   reinterprets flat offsets there and agrees only when the shapes match outside `dim`.
-//! * `scatter` with several ids naming the same destination element keeps one of the values,
-//!   unspecified which (the CPU backend keeps the last one).
+//! * `scatter` with several ids naming the same destination element keeps the last one along
+//!   `dim`, as Candle's CPU and CUDA backends do (one thread walks each fiber along `dim`).
 //! * `scatter_add`/`index_add` accumulate with atomics: integer sums wrap; float sums are
 //!   rounded in an unspecified order (f16/bf16 after every addition, like the CPU backend).
 
@@ -521,6 +521,12 @@ fn scatter_like<I: KernelDType, T: KernelDType>(
     )?;
     let flag_arg = flag.arg(name, stream)?;
     let f = function(stream, MODULE, &format!("{name}_{}_{}", I::NAME, T::NAME))?;
+    // scatter (set) runs one thread per fiber along `dim` (in order: the last write wins), the
+    // others one per element.
+    let threads = match op {
+        IndexOp::Scatter => n / g.dim_size,
+        _ => n,
+    };
     // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, const I* ids,
     // const T* src, T* dst, u64 ids_dim, u64 right, u64 dst_dim, u64 dst_dim_stride, u32* err).
     // It reads info[0..num_dims * 4) when non-null (that buffer, alive until queued); ids and
@@ -528,7 +534,7 @@ fn scatter_like<I: KernelDType, T: KernelDType>(
     // 0..dst_dim at coordinates within dst_dims (equal to src_dims outside dim, checked), i.e.
     // inside dst's checked extent, and err[0..5).
     unsafe {
-        f.builder(stream, launch_config(stream, n))
+        f.builder(stream, launch_config(stream, threads))
             .arg(n as u64)
             .arg(src_dims.len() as u64)
             .arg(InfoArg(info.as_ref()))
@@ -553,7 +559,7 @@ fn scatter_like<I: KernelDType, T: KernelDType>(
 ///   `dim`.
 ///
 /// The skip value (and, flagged in `flag`, an out-of-range index) leaves `dst` alone; with
-/// repeated indices one of the values is kept (unspecified which).
+/// repeated indices the last one along `dim` wins (Candle's order).
 #[allow(clippy::too_many_arguments)]
 pub fn scatter<I: KernelDType, T: KernelDType>(
     stream: &Stream,

@@ -798,3 +798,65 @@ fn indexing_contention_and_errors() {
     checked += 2;
     println!("indexing: contention for 9 dtypes and {checked} error paths checked");
 }
+
+/// scatter (set) with repeated ids along `dim`: the last one along `dim` wins (Candle's CPU and
+/// CUDA order), on a strided (transposed) destination, with skip values among the ids.
+#[test]
+#[ignore = "needs a GPU"]
+fn scatter_repeated_ids_last_wins() {
+    let s = stream();
+    let flag = IndexErrorFlag::new(&s).expect("flag");
+    // dst (5, 7, 3) stored transposed as (3, 7, 5); src and ids (5, 40, 3): dim 1 has more ids
+    // than destinations, so every fiber repeats indices.
+    let (a, d, m, b) = (5usize, 7usize, 40usize, 3usize);
+    let mut rng = Lcg::new(0x5ca7_7e12);
+    let ids_host: Vec<u32> = (0..a * m * b)
+        .map(|_| match rng.below(12) {
+            0 => u32::MAX,
+            _ => rng.below(d as u64) as u32,
+        })
+        .collect();
+    let src_host: Vec<f32> = (0..a * m * b).map(|i| i as f32).collect();
+    let dst_strides = [1usize, a, a * d];
+    let init = vec![-1.0f32; a * d * b];
+    let mut dst = s.alloc_from_host(&init).unwrap();
+    let ids = s.alloc_from_host(&ids_host).unwrap();
+    let src = s.alloc_from_host(&src_host).unwrap();
+    ix::scatter(
+        &s,
+        &mut dst.as_mut_slice(),
+        &[a, d, b],
+        &dst_strides,
+        Strided::new(ids.as_slice(), &[m * b, b, 1]),
+        &[a, m, b],
+        Strided::new(src.as_slice(), &[m * b, b, 1]),
+        &[a, m, b],
+        1,
+        &flag,
+    )
+    .expect("scatter");
+    let got = dst.to_host_vec().unwrap();
+    let mut want = init.clone();
+    for l in 0..a {
+        for j in 0..m {
+            for r in 0..b {
+                let k = (l * m + j) * b + r;
+                if ids_host[k] != u32::MAX {
+                    let off = l * dst_strides[0]
+                        + ids_host[k] as usize * dst_strides[1]
+                        + r * dst_strides[2];
+                    want[off] = src_host[k];
+                }
+            }
+        }
+    }
+    assert_eq!(
+        got, want,
+        "scatter with repeated ids: the last one along dim must win"
+    );
+    assert!(flag.take().unwrap().is_none());
+    println!(
+        "scatter (set) with repeated ids: last along dim wins ({} writes)",
+        a * m * b
+    );
+}
