@@ -114,13 +114,11 @@ fn decode_steps(model: &llama::LlamaModel, prompt: &[u32], iters: u64) -> Durati
         let ids = Tensor::new(prompt, &dev).unwrap().unsqueeze(0).unwrap();
         let logits = model.forward(&ids, 0, &mut cache).unwrap();
         let mut next = argmax(&logits);
-        let mut pos = prompt.len();
         let start = Instant::now();
-        for _ in 0..n {
+        for pos in prompt.len()..prompt.len() + n as usize {
             let ids = Tensor::new(&[next], &dev).unwrap().unsqueeze(0).unwrap();
             let logits = model.forward(&ids, pos, &mut cache).unwrap();
             next = argmax(&logits);
-            pos += 1;
         }
         total += start.elapsed();
         left -= n;
