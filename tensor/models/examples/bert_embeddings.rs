@@ -42,16 +42,22 @@ fn main() -> anyhow::Result<()> {
     let device = match pick_device(device_name) {
         Ok(d) => d,
         Err(e) if device_name.starts_with("rocm") => {
+            // The first line only: candle errors may carry a backtrace after it.
+            let e = e.to_string();
+            let reason = e.lines().next().unwrap_or("").trim_end_matches('.');
             eprintln!(
-                "no usable GPU for {device_name:?}: {e}. This demo needs an AMD GPU with ROCm \
-                 (or an NVIDIA GPU with CUDA and HIP_PLATFORM=nvidia); run it with DEVICE=cpu to \
-                 use the CPU."
+                "no usable GPU for {device_name:?} ({reason}). This demo needs an AMD GPU with \
+                 ROCm (or an NVIDIA GPU with CUDA and HIP_PLATFORM=nvidia); run it with DEVICE=cpu \
+                 to use the CPU."
             );
             std::process::exit(1);
         }
         Err(e) => return Err(e.into()),
     };
-    let weights = if dtype == DType::F16 && dir.join(WEIGHTS_F16).is_file() {
+    // f16 runs read the f16 copy when there is one; any run reads the f16 copy when it is the
+    // only file (a directory prepared for a machine that takes at most 64 MiB).
+    let has_f16 = dir.join(WEIGHTS_F16).is_file();
+    let weights = if has_f16 && (dtype == DType::F16 || !dir.join(WEIGHTS_F32).is_file()) {
         WEIGHTS_F16
     } else {
         WEIGHTS_F32
