@@ -13,6 +13,14 @@ use std::process::Command;
 pub fn run(args: &[String]) -> Result<(), String> {
     let device = args.first().map(String::as_str).unwrap_or("rocm");
     let dtype = args.get(1).map(String::as_str).unwrap_or("f32");
+    if device.starts_with("rocm") {
+        // Say it at once, before the download and the build, when there is no GPU.
+        match hip_core::device_count() {
+            Ok(n) if n > 0 => {}
+            Ok(_) => no_gpu("the GPU runtime loaded but reports no GPU"),
+            Err(e) => no_gpu(&e.to_string()),
+        }
+    }
     let root = crate::rocm::workspace_root();
     crate::candle_patch::patch_candle(&root, &root.join("target/patched-candle"))?;
 
@@ -60,4 +68,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Some(1) => std::process::exit(1),
         _ => Err(format!("the bert_embeddings example failed ({status})")),
     }
+}
+
+/// Exits with status 1 and one sentence: the demo needs a GPU.
+fn no_gpu(reason: &str) -> ! {
+    let reason = reason.lines().next().unwrap_or("").trim_end_matches('.');
+    eprintln!(
+        "cargo xtask demo: no GPU ({reason}). It needs an AMD GPU with ROCm 6.x/7.x, or an NVIDIA \
+         GPU with the CUDA driver and HIP_PLATFORM=nvidia; `cargo xtask demo cpu` runs it on the CPU."
+    );
+    std::process::exit(1)
 }
