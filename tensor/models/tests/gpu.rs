@@ -34,18 +34,14 @@ fn host_values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    let a = a
-        .to_device(&Device::Cpu)
-        .and_then(|t| t.to_dtype(DType::F32))
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<f32>())
-        .unwrap();
-    let b = b
-        .to_device(&Device::Cpu)
-        .and_then(|t| t.to_dtype(DType::F32))
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<f32>())
-        .unwrap();
+    let host = |t: &Tensor| {
+        t.to_device(&Device::Cpu)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .unwrap()
+    };
+    let (a, b) = (host(a), host(b));
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(&b)
