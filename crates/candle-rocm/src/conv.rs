@@ -7,7 +7,8 @@
 //!   one strided-batched GEMM (rocblas-safe); f32, f64, f16 and bf16.
 //!
 //! [`ConvPath::Auto`] (the default) takes the library where it loads and supports the dtype,
-//! else im2col. The path is chosen per device with [`RocmDevice::set_conv_path`] or for the
+//! else im2col; a call the library fails (e.g. none of the algorithms of its find step ran)
+//! is computed on the im2col path instead. The path is chosen per device with [`RocmDevice::set_conv_path`] or for the
 //! process with the environment variable `CANDLE_ROCM_CONV` (`auto`, `library`, `im2col`),
 //! read when a device is opened. Forcing `library` where it cannot run is a typed error.
 //!
@@ -542,10 +543,30 @@ impl RocmStorage {
             ConvPath::Library => true,
             ConvPath::Auto => dev.conv_library_available(self.dtype()),
         };
-        let slice = if use_library {
-            conv_dtypes!(self.as_slice(), kernel.as_slice(), op, |x, w| {
-                ConvDType::library_conv(dev, op, transposed, (x, &x_l), (w, &w_l), spec)
-            })
+        let library = if use_library {
+            let run = || -> Result<RocmStorageSlice> {
+                Ok(conv_dtypes!(
+                    self.as_slice(),
+                    kernel.as_slice(),
+                    op,
+                    |x, w| {
+                        ConvDType::library_conv(dev, op, transposed, (x, &x_l), (w, &w_l), spec)
+                    }
+                ))
+            };
+            let result = run();
+            match (result, path) {
+                (Ok(slice), _) => Some(slice),
+                (Err(e), ConvPath::Library) => return Err(e),
+                // Auto: a library failure (e.g. no algorithm of the find step ran) falls back
+                // to our kernels, which compute the same result.
+                (Err(_), _) => None,
+            }
+        } else {
+            None
+        };
+        let slice = if let Some(slice) = library {
+            slice
         } else if transposed {
             conv_dtypes!(self.as_slice(), kernel.as_slice(), op, |x, w| {
                 conv_transpose2d_im2col(dev, op, (x, &x_l), (w, &w_l), spec)
