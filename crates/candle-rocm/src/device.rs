@@ -35,7 +35,8 @@ pub const DEFAULT_SEED: u64 = 299_792_458;
 /// `index_select`, `gather`, `scatter`, `scatter_add`, `index_add`), or, for a negative index
 /// (which `InvalidIndex`'s `usize` cannot hold), a [`RocmError::Layout`] naming the op, index
 /// and size. The error is reported once, by the first host read or synchronization after it;
-/// later ops run normally.
+/// later ops run normally. The flag belongs to the device, not to a thread: when several host
+/// threads share a device, the error goes to whichever of them reads or synchronizes next.
 ///
 /// ## Random numbers
 /// `rand_uniform`/`rand_normal` draw from a counter-based generator (Philox4x32-10): element `i`
