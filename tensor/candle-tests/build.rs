@@ -135,16 +135,21 @@ fn rerun_if_changed(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo metadata` of the workspace holding `manifest`, offline (the outer build has already
-/// resolved and fetched everything).
+/// `cargo metadata` of the workspace holding `manifest`, offline and filtered to the target
+/// platform being built: the outer build has fetched every package of that platform, but not
+/// those of other platforms (e.g. wasm-only dependencies such as `bumpalo`), which an
+/// unfiltered offline `cargo metadata` would need and fail on with an empty cargo home.
 fn cargo_metadata(manifest: &Path) -> Result<Value, String> {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = env_var("TARGET")?;
     let output = Command::new(&cargo)
         .args([
             "metadata",
             "--format-version",
             "1",
             "--offline",
+            "--filter-platform",
+            &target,
             "--manifest-path",
         ])
         .arg(manifest)

@@ -9,11 +9,13 @@ use candle_core::{DType, Layout, Result};
 use hip_core::{DeviceBuffer, DeviceSlice};
 use parking_lot::Mutex;
 use rocblas_safe::GemmElement;
+use rocm_kernels::elementwise::Strided;
+use rocm_kernels::KernelDType;
 
 use crate::conv::ConvPath;
 use crate::device::RocmDevice;
-use crate::error::{hip_err, RocmError};
-use crate::matmul::gemm_config;
+use crate::error::{hip_err, kernel_err, RocmError};
+use crate::matmul::{gemm_config, operands_needing_copy};
 
 /// The per-device library handles and settings.
 #[derive(Default)]
@@ -76,9 +78,10 @@ impl RocmDevice {
     }
 
     /// `out = lhs x rhs` for candle's `(b, m, n, k)` and the operands' layouts (start offsets
-    /// relative to the given slices), through one strided-batched GEMM. `out` holds the
-    /// contiguous `(b, m, n)` result.
-    pub(crate) fn gemm<T: GemmElement>(
+    /// relative to the given slices), through one strided-batched GEMM. An operand whose
+    /// layout GEMM cannot read is copied to a contiguous one first (stream-ordered, no host
+    /// wait). `out` holds the contiguous `(b, m, n)` result.
+    pub(crate) fn gemm<T: GemmElement + KernelDType>(
         &self,
         op: &str,
         bmnk: (usize, usize, usize, usize),
@@ -87,7 +90,6 @@ impl RocmDevice {
         out: &mut DeviceBuffer<T>,
     ) -> Result<()> {
         let (b, m, n, k) = bmnk;
-        let cfg = gemm_config(bmnk, lhs_l, rhs_l)?;
         let want = b * m * n;
         if out.len() != want {
             return Err(RocmError::layout(
@@ -99,6 +101,33 @@ impl RocmDevice {
             )
             .into());
         }
+        let (copy_lhs, copy_rhs) = operands_needing_copy(bmnk, lhs_l, rhs_l)?;
+        let lhs_copy = if copy_lhs && want > 0 && k > 0 {
+            Some(self.contiguous_copy(op, lhs, lhs_l)?)
+        } else {
+            None
+        };
+        let rhs_copy = if copy_rhs && want > 0 && k > 0 {
+            Some(self.contiguous_copy(op, rhs, rhs_l)?)
+        } else {
+            None
+        };
+        let lhs_cl;
+        let (lhs_view, lhs_l) = match &lhs_copy {
+            Some(c) => {
+                lhs_cl = Layout::contiguous(lhs_l.shape());
+                (c.as_slice(), &lhs_cl)
+            }
+            None => (*lhs, lhs_l),
+        };
+        let rhs_cl;
+        let (rhs_view, rhs_l) = match &rhs_copy {
+            Some(c) => {
+                rhs_cl = Layout::contiguous(rhs_l.shape());
+                (c.as_slice(), &rhs_cl)
+            }
+            None => (*rhs, rhs_l),
+        };
         if want == 0 {
             return Ok(());
         }
@@ -106,11 +135,57 @@ impl RocmDevice {
             // An empty sum: zeros (no library call needed).
             return out.as_mut_slice().memset_async(0).map_err(hip_err(op));
         }
-        let a = offset_view(op, rhs, rhs_l)?;
-        let bm = offset_view(op, lhs, lhs_l)?;
+        let cfg = gemm_config(bmnk, lhs_l, rhs_l)?;
+        let a = offset_view(op, &rhs_view, rhs_l)?;
+        let bm = offset_view(op, &lhs_view, lhs_l)?;
         self.blas(op)?
             .gemm(&cfg, 1.0, &a, &bm, 0.0, &mut out.as_mut_slice())
             .map_err(|e| RocmError::library(op, "rocBLAS", e).into())
+    }
+
+    /// The strided view `layout` of `slice` copied into a new contiguous buffer.
+    fn contiguous_copy<T: KernelDType>(
+        &self,
+        op: &str,
+        slice: &DeviceSlice<'_, T>,
+        layout: &Layout,
+    ) -> Result<DeviceBuffer<T>> {
+        let n = layout.shape().elem_count();
+        let mut out = self.alloc::<T>(op, n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        // The elements the view reaches: from its start offset to its last element.
+        let span = layout
+            .dims()
+            .iter()
+            .zip(layout.stride())
+            .map(|(&d, &s)| (d - 1) * s)
+            .sum::<usize>()
+            + 1;
+        let start = layout.start_offset();
+        let data = start
+            .checked_add(span)
+            .filter(|&end| end <= slice.len())
+            .and_then(|end| slice.slice(start..end).ok())
+            .ok_or_else(|| {
+                RocmError::layout(
+                    op,
+                    format!(
+                        "the operand's view (offset {start}, {span} elements) does not fit in \
+                         its {} elements",
+                        slice.len()
+                    ),
+                )
+            })?;
+        rocm_kernels::elementwise::copy_strided(
+            self.stream(),
+            layout.dims(),
+            Strided::new(data, layout.stride()),
+            &mut out.as_mut_slice(),
+        )
+        .map_err(kernel_err(op))?;
+        Ok(out)
     }
 }
 

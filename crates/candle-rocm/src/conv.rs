@@ -24,14 +24,16 @@
 use std::collections::HashMap;
 
 use candle_core::backend::BackendStorage;
+use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
 use candle_core::{Layout, Result};
 use hip_core::{DeviceBuffer, DeviceSlice};
 use rocm_kernels::conv::{self as kconv, ConvGeometry};
 use rocm_kernels::KernelDType;
 
+use crate::buffers::{copy_view, view};
 use crate::device::RocmDevice;
 use crate::error::{hip_err, kernel_err, RocmError};
-use crate::storage::{copy_view, view, RocmStorage, RocmStorageSlice};
+use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// Which implementation computes convolutions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -514,7 +516,7 @@ impl RocmStorage {
         self.conv_impl("conv_transpose2d", true, layout, kernel, kernel_l, spec)
     }
 
-    pub(crate) fn conv_impl(
+    fn conv_impl(
         &self,
         op: &'static str,
         transposed: bool,
@@ -538,10 +540,26 @@ impl RocmStorage {
         check_dims(op, "kernel", &w_l, &w_dims)?;
         let dev = self.device();
         let path = dev.conv_path()?;
+        let expressible = library_expresses(spec, transposed);
         let use_library = match path {
             ConvPath::Im2col => false,
+            ConvPath::Library if !expressible => {
+                return Err(RocmError::unsupported(
+                    op,
+                    self.dtype(),
+                    format!(
+                        "the library computes a transposed convolution as the backward-data pass \
+                         of a forward one, which cannot express an output padding {:?} that is \
+                         not smaller than the stride {:?}; use ConvPath::Auto or Im2col",
+                        spec.output_padding, spec.stride
+                    ),
+                )
+                .into())
+            }
             ConvPath::Library => true,
-            ConvPath::Auto => dev.conv_library_available(self.dtype()),
+            // The library is not even asked for what it cannot express (on AMD each new
+            // problem costs MIOpen a search).
+            ConvPath::Auto => expressible && dev.conv_library_available(self.dtype()),
         };
         let library = if use_library {
             let run = || -> Result<RocmStorageSlice> {
@@ -578,6 +596,69 @@ impl RocmStorage {
         };
         RocmStorage::from_slice(slice, dev.clone())
     }
+}
+
+/// `BackendStorage::conv1d`: candle's parameters read into a [`Conv2dSpec`] of height 1.
+pub(crate) fn conv1d(
+    x: &RocmStorage,
+    l: &Layout,
+    kernel: &RocmStorage,
+    kernel_l: &Layout,
+    params: &ParamsConv1D,
+) -> Result<RocmStorage> {
+    let op = "conv1d";
+    let spec = spec_1d(op, &format!("{params:?}"))?;
+    x.conv_impl(op, false, l, kernel, kernel_l, &spec)
+}
+
+/// `BackendStorage::conv_transpose1d`: candle's parameters read into a [`Conv2dSpec`] of
+/// height 1.
+pub(crate) fn conv_transpose1d(
+    x: &RocmStorage,
+    l: &Layout,
+    kernel: &RocmStorage,
+    kernel_l: &Layout,
+    params: &ParamsConvTranspose1D,
+) -> Result<RocmStorage> {
+    let op = "conv_transpose1d";
+    let spec = spec_1d(op, &format!("{params:?}"))?;
+    x.conv_impl(op, true, l, kernel, kernel_l, &spec)
+}
+
+/// `BackendStorage::conv2d`: candle's parameters read into a [`Conv2dSpec`].
+pub(crate) fn conv2d(
+    x: &RocmStorage,
+    l: &Layout,
+    kernel: &RocmStorage,
+    kernel_l: &Layout,
+    params: &ParamsConv2D,
+) -> Result<RocmStorage> {
+    let op = "conv2d";
+    let spec = spec_2d(op, &format!("{params:?}"))?;
+    x.conv_impl(op, false, l, kernel, kernel_l, &spec)
+}
+
+/// `BackendStorage::conv_transpose2d`: candle's parameters read into a [`Conv2dSpec`].
+pub(crate) fn conv_transpose2d(
+    x: &RocmStorage,
+    l: &Layout,
+    kernel: &RocmStorage,
+    kernel_l: &Layout,
+    params: &ParamsConvTranspose2D,
+) -> Result<RocmStorage> {
+    let op = "conv_transpose2d";
+    let spec = spec_2d(op, &format!("{params:?}"))?;
+    x.conv_impl(op, true, l, kernel, kernel_l, &spec)
+}
+
+/// Whether the library can compute `spec`: a forward convolution always; a transposed one is
+/// the backward-data pass of the forward convolution of its output, which maps an output of
+/// `(i - 1) * s + d * (k - 1) + op + 1 - 2 * p` back to `i - 1 + op / s + 1` inputs, so only an
+/// output padding smaller than the stride (`op < s` on both axes) round-trips.
+pub(crate) fn library_expresses(spec: &Conv2dSpec, transposed: bool) -> bool {
+    !transposed
+        || (spec.output_padding.0 < spec.stride.0.max(1)
+            && spec.output_padding.1 < spec.stride.1.max(1))
 }
 
 /// A rank-3 `(b, c, l)` layout as the rank-4 `(b, c, 1, l)` one (rank 4 unchanged).
@@ -649,6 +730,30 @@ mod tests {
         assert_eq!(s.kernel, (3, 3));
         assert!(spec_2d("conv2d", "ParamsConv2D { b_size: 1 }").is_err());
         assert!(spec_2d("conv2d", "garbage").is_err());
+    }
+
+    #[test]
+    fn the_library_is_asked_only_for_output_paddings_below_the_stride() {
+        let mut s = Conv2dSpec {
+            batch: 2,
+            c_in: 3,
+            c_out: 2,
+            input: (1, 1),
+            kernel: (3, 2),
+            padding: (0, 0),
+            stride: (2, 2),
+            dilation: (3, 3),
+            output_padding: (1, 1),
+        };
+        assert!(library_expresses(&s, true));
+        s.output_padding = (2, 2);
+        assert!(!library_expresses(&s, true));
+        assert!(library_expresses(&s, false));
+        s.output_padding = (0, 1);
+        s.stride = (1, 2);
+        assert!(library_expresses(&s, true));
+        s.stride = (2, 1);
+        assert!(!library_expresses(&s, true));
     }
 
     #[test]

@@ -21,13 +21,14 @@
 //!   is reported by the op itself). Reductions, matmul, convolutions, pooling, upsampling,
 //!   random numbers, sorting and the fused ops return a typed error for f8e4m3. The 4/6-bit
 //!   formats and `f8e8m0` have no device storage.
-//! * Also on the GPU: reductions (sum, min, max, argmin, argmax), indexing (`index_select`,
-//!   `gather`, `scatter_set`, `scatter_add_set`, `index_add`, ids u8/u32/i16/i32/i64; an
-//!   out-of-range index is reported as a typed error by the next `to_cpu_storage` or
-//!   `synchronize`, see [`RocmDevice`]), pooling (`avg_pool2d`, `max_pool2d`), upsampling
-//!   (nearest 1-D/2-D, bilinear 2-D), random numbers (`rand_uniform`, `rand_normal`, float
-//!   dtypes, seeded), and the fused ops and `arg_sort_last_dim` on [`RocmStorage`] (softmax,
-//!   rms_norm, layer_norm, rope).
+//! * Also on the GPU: reductions (sum, min, max over any dims; argmin, argmax over exactly one
+//!   dim, other counts refused with `Error::OnlySingleDimension` as by candle's CPU backend),
+//!   indexing (`index_select`, `gather`, `scatter_set`, `scatter_add_set`, `index_add`, ids
+//!   u8/u32/i16/i32/i64; an out-of-range index is reported as a typed error by the next
+//!   `to_cpu_storage` or `synchronize`, see [`RocmDevice`]), pooling (`avg_pool2d`,
+//!   `max_pool2d`), upsampling (nearest 1-D/2-D, bilinear 2-D), random numbers
+//!   (`rand_uniform`, `rand_normal`, float dtypes, seeded), and the fused ops and
+//!   `arg_sort_last_dim` on [`RocmStorage`] (softmax, rms_norm, layer_norm, rope).
 //! * `matmul` (f32, f64, f16, bf16) on rocBLAS (cuBLAS on NVIDIA): one strided-batched GEMM
 //!   for every layout candle's CUDA backend accepts and more (see the `matmul` module docs);
 //!   `conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d` on MIOpen (cuDNN on NVIDIA) or
@@ -82,12 +83,14 @@
 //! ```
 
 mod blas;
+mod buffers;
 pub mod conv;
 pub mod device;
 pub mod error;
 mod fused;
 pub mod layout;
 mod matmul;
+mod ops;
 pub mod storage;
 #[cfg(feature = "tensor")]
 pub mod tensor;

@@ -15,8 +15,9 @@
 //!   dims are ignored, the others must be nested (`stride[i] == stride[i + 1] * dim[i + 1]`),
 //!   which includes a broadcast batch (all strides 0) and any number of batch dims.
 //!
-//! Anything else (e.g. a stride-0 row or column dim, or batch dims that do not nest) is
-//! candle's [`candle_core::Error::MatMulUnexpectedStriding`], the error its CPU backend gives.
+//! Anything else (e.g. a stride-0 row or column dim, a unit stride on a batch dim, or batch
+//! dims that do not nest) is copied to a contiguous operand first ([`operands_needing_copy`]):
+//! every layout Candle's CPU matmul computes works here too.
 
 use candle_core::{Error, Layout, Result};
 use rocblas_safe::{GemmConfig, Operation};
@@ -73,23 +74,38 @@ fn batch_stride(dims: &[usize], strides: &[usize]) -> Option<usize> {
     kept.last().map(|&(_, s)| s)
 }
 
-/// The GEMM for `lhs (b, m, k) x rhs (b, k, n)` given candle's `(b, m, n, k)` and the two
-/// layouts (whose start offsets the caller applies to the buffers).
-pub(crate) fn gemm_config(
+/// One operand as GEMM reads it: its matrix storage and the stride between batch matrices.
+fn operand(rows: usize, cols: usize, layout: &Layout) -> Option<(Storage, usize)> {
+    let (dims, strides) = (layout.dims(), layout.stride());
+    let r = dims.len();
+    let storage = matrix_storage(rows, cols, strides[r - 2], strides[r - 1])?;
+    let batch = batch_stride(&dims[..r - 2], &strides[..r - 2])?;
+    Some((storage, batch))
+}
+
+/// The error candle gives for a layout its matmul cannot take.
+fn striding_error(
+    bmnk: (usize, usize, usize, usize),
+    lhs_l: &Layout,
+    rhs_l: &Layout,
+    msg: &'static str,
+) -> Error {
+    Error::MatMulUnexpectedStriding(Box::new(candle_core::error::MatMulUnexpectedStriding {
+        lhs_l: lhs_l.clone(),
+        rhs_l: rhs_l.clone(),
+        bmnk,
+        msg,
+    }))
+}
+
+/// Checks that the layouts' dims describe `lhs (b, m, k) x rhs (b, k, n)`.
+fn check_dims(
     (b, m, n, k): (usize, usize, usize, usize),
     lhs_l: &Layout,
     rhs_l: &Layout,
-) -> Result<GemmConfig> {
-    let striding = |msg: &'static str| {
-        Error::MatMulUnexpectedStriding(Box::new(candle_core::error::MatMulUnexpectedStriding {
-            lhs_l: lhs_l.clone(),
-            rhs_l: rhs_l.clone(),
-            bmnk: (b, m, n, k),
-            msg,
-        }))
-    };
+) -> Result<()> {
+    let striding = |msg| striding_error((b, m, n, k), lhs_l, rhs_l, msg);
     let (ld, rd) = (lhs_l.dims(), rhs_l.dims());
-    let (ls, rs) = (lhs_l.stride(), rhs_l.stride());
     if ld.len() < 2 || rd.len() < 2 {
         return Err(striding("matmul needs operands of rank 2 or more"));
     }
@@ -104,14 +120,42 @@ pub(crate) fn gemm_config(
             "the operands' batch dims do not multiply to the batch size",
         ));
     }
-    let lhs_storage = matrix_storage(m, k, ls[lr - 2], ls[lr - 1])
-        .ok_or_else(|| striding("non-contiguous lhs"))?;
-    let rhs_storage = matrix_storage(k, n, rs[rr - 2], rs[rr - 1])
-        .ok_or_else(|| striding("non-contiguous rhs"))?;
-    let stride_b = batch_stride(&ld[..lr - 2], &ls[..lr - 2])
-        .ok_or_else(|| striding("the lhs batch dims do not collapse to one stride"))?;
-    let stride_a = batch_stride(&rd[..rr - 2], &rs[..rr - 2])
-        .ok_or_else(|| striding("the rhs batch dims do not collapse to one stride"))?;
+    Ok(())
+}
+
+/// Which operands one strided-batched GEMM cannot read as they are, `(lhs, rhs)`: those must
+/// be copied to contiguous operands first (e.g. a unit stride on a batch dim, as mamba2's
+/// scan makes, or batch dims that do not nest). Candle's CPU computes every such layout, so
+/// the backend copies rather than refuses. Dims that do not describe the product are an error.
+pub(crate) fn operands_needing_copy(
+    bmnk: (usize, usize, usize, usize),
+    lhs_l: &Layout,
+    rhs_l: &Layout,
+) -> Result<(bool, bool)> {
+    check_dims(bmnk, lhs_l, rhs_l)?;
+    let (_, m, n, k) = bmnk;
+    Ok((
+        operand(m, k, lhs_l).is_none(),
+        operand(k, n, rhs_l).is_none(),
+    ))
+}
+
+/// The GEMM for `lhs (b, m, k) x rhs (b, k, n)` given candle's `(b, m, n, k)` and the two
+/// layouts (whose start offsets the caller applies to the buffers). A layout GEMM cannot read
+/// is candle's `MatMulUnexpectedStriding` (see [`operands_needing_copy`]).
+pub(crate) fn gemm_config(
+    (b, m, n, k): (usize, usize, usize, usize),
+    lhs_l: &Layout,
+    rhs_l: &Layout,
+) -> Result<GemmConfig> {
+    check_dims((b, m, n, k), lhs_l, rhs_l)?;
+    let striding = |msg| striding_error((b, m, n, k), lhs_l, rhs_l, msg);
+    let (lhs_storage, stride_b) = operand(m, k, lhs_l).ok_or_else(|| {
+        striding("the lhs is neither row- nor column-major, or its batch dims do not collapse")
+    })?;
+    let (rhs_storage, stride_a) = operand(k, n, rhs_l).ok_or_else(|| {
+        striding("the rhs is neither row- nor column-major, or its batch dims do not collapse")
+    })?;
     let (transa, lda) = match rhs_storage {
         Storage::RowMajor(ld) => (Operation::None, ld),
         Storage::ColMajor(ld) => (Operation::Transpose, ld),
@@ -285,6 +329,41 @@ mod tests {
             &ok
         )));
         assert!(is_striding(cfg((1, 1, 5, 4), &Layout::contiguous(4), &ok)));
+    }
+
+    #[test]
+    fn layouts_gemm_cannot_read_are_copied_not_refused() {
+        // mamba2's scan: a unit stride on the batch dim, neither matrix dim contiguous.
+        let lhs = layout(&[2, 8, 4], &[1, 2, 16], 0);
+        let rhs = Layout::contiguous((2, 4, 3));
+        assert_eq!(
+            operands_needing_copy((2, 8, 3, 4), &lhs, &rhs).unwrap(),
+            (true, false)
+        );
+        assert!(gemm_config((2, 8, 3, 4), &lhs, &rhs).is_err());
+        let c = gemm_config((2, 8, 3, 4), &Layout::contiguous((2, 8, 4)), &rhs).unwrap();
+        assert_eq!((c.stride_a, c.stride_b), (12, 32));
+        // A permuted batch on the rhs, a column broadcast on the lhs.
+        let rhs = Layout::contiguous((3, 2, 4, 5)).transpose(0, 1).unwrap();
+        let lhs = layout(&[2, 3, 2, 4], &[0, 0, 0, 1], 0);
+        assert_eq!(
+            operands_needing_copy((6, 2, 5, 4), &lhs, &rhs).unwrap(),
+            (true, true)
+        );
+        // Layouts GEMM reads as they are need no copy: transposed, broadcast batch.
+        let lhs = Layout::contiguous((2, 31, 71)).transpose(1, 2).unwrap();
+        let rhs = layout(&[2, 31, 16], &[0, 1, 31], 0);
+        assert_eq!(
+            operands_needing_copy((2, 71, 16, 31), &lhs, &rhs).unwrap(),
+            (false, false)
+        );
+        // Dims that do not describe the product stay an error.
+        assert!(operands_needing_copy(
+            (2, 8, 3, 4),
+            &Layout::contiguous((2, 8, 5)),
+            &Layout::contiguous((2, 4, 3))
+        )
+        .is_err());
     }
 
     #[test]

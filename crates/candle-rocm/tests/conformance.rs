@@ -1876,6 +1876,40 @@ fn reduce_input(op: ReduceOp, dtype: DType, case: &RCase, rng: &mut Rng) -> CpuS
     }
 }
 
+/// Whether candle refuses this argmin/argmax: it reduces exactly one dim (candle's CPU backend
+/// returns `Error::OnlySingleDimension` otherwise, and so does this backend).
+fn arg_reduce_refused(op: ReduceOp, dims: &[usize]) -> bool {
+    matches!(op, ReduceOp::ArgMin | ReduceOp::ArgMax) && dims.len() != 1
+}
+
+/// `e` without candle's backtrace wrapper (present when `RUST_BACKTRACE` is set).
+fn without_backtrace(e: &candle_core::Error) -> &candle_core::Error {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(inner),
+        e => e,
+    }
+}
+
+/// Checks that the GPU refused an op with the very error (variant, fields, message) the CPU
+/// oracle refused it with.
+fn same_refusal<T>(gpu: candle_core::Result<()>, cpu: OracleResult<T>) -> Result<(), String> {
+    let cpu = match cpu {
+        Ok(Err(e)) => e,
+        Ok(Ok(_)) => return Err("the CPU oracle computes this; expected it to refuse".into()),
+        Err(msg) => return Err(format!("the CPU oracle panics ({msg})")),
+    };
+    let gpu = match gpu {
+        Err(e) => e,
+        Ok(()) => return Err(format!("computed a result; the CPU oracle refuses ({cpu})")),
+    };
+    let (g, c) = (without_backtrace(&gpu), without_backtrace(&cpu));
+    if format!("{g:?}") == format!("{c:?}") && g.to_string() == c.to_string() {
+        Ok(())
+    } else {
+        Err(format!("refused with {g:?}; the CPU oracle with {c:?}"))
+    }
+}
+
 fn run_reduce(ctx: &mut Ctx) {
     for (op, row) in [
         (ReduceOp::Sum, "reduce sum"),
@@ -1910,6 +1944,21 @@ fn run_reduce(ctx: &mut Ctx) {
             for case in cases {
                 let seed = case_seed(ctx.base, &[row, col, case.name]);
                 let mut rng = Rng::new(seed);
+                if arg_reduce_refused(op, &case.dims) {
+                    // argmin/argmax over several dims (or none): refused as by the CPU oracle,
+                    // before anything is launched (f8e4m3 too: the dims are checked first).
+                    let input = reduce_input(op, dtype, &case, &mut rng);
+                    let g_in = ctx.upload(&input);
+                    let gpu = g_in.reduce_op(op, &case.layout, &case.dims).map(|_| ());
+                    let cpu = oracle(|| input.reduce_op(op, &case.layout, &case.dims));
+                    let outcome = match same_refusal(gpu, cpu) {
+                        Ok(()) if expect == Expect::TypedError => Outcome::TypedError,
+                        Ok(()) => Outcome::Pass,
+                        Err(m) => Outcome::Fail(m),
+                    };
+                    ctx.matrix.record(row, col, case.name, seed, outcome);
+                    continue;
+                }
                 let input = if case.name.starts_with("wrapping") {
                     gen(dtype, needed_len(&case.layout), Dist::CastMix, &mut rng)
                 } else {
@@ -2300,6 +2349,40 @@ fn operand_mismatches_and_bad_layouts_are_errors_not_panics() {
 
 #[test]
 #[ignore = "needs a GPU"]
+fn argmin_argmax_over_several_dims_or_none_are_refused_as_on_the_cpu() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let data: Vec<f32> = (0..24).map(|i| ((i * 7) % 24) as f32).collect();
+    let x = dev.storage_from_slice(&data).unwrap();
+    let cpu = CpuStorage::F32(data);
+    let l = Layout::contiguous((2, 3, 4));
+    for (op, name) in [(ReduceOp::ArgMin, "argmin"), (ReduceOp::ArgMax, "argmax")] {
+        for dims in [&[0usize, 1][..], &[]] {
+            let e = x.reduce_op(op, &l, dims).unwrap_err();
+            match without_backtrace(&e) {
+                candle_core::Error::OnlySingleDimension { op: o, dims: d } => {
+                    assert_eq!((*o, d.as_slice()), (name, dims), "{e}")
+                }
+                other => panic!("{name} over {dims:?}: expected OnlySingleDimension, got {other}"),
+            }
+            assert_eq!(
+                without_backtrace(&e).to_string(),
+                format!("{name} can only be performed on a single dimension")
+            );
+            same_refusal(Err(e), Ok(cpu.reduce_op(op, &l, dims)))
+                .unwrap_or_else(|m| panic!("{name} over {dims:?}: {m}"));
+        }
+        // One dim still computes (first index of the extreme along dim 1).
+        let r = x.reduce_op(op, &l, &[1]).unwrap().to_cpu_storage().unwrap();
+        let want = cpu.reduce_op(op, &l, &[1]).unwrap();
+        assert_eq!(
+            r.as_slice::<u32>().unwrap(),
+            want.as_slice::<u32>().unwrap()
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
 fn device_identity_seed_and_synchronize() {
     let d0 = RocmDevice::new(0).expect("opening GPU 0");
     let again = RocmDevice::new(0).unwrap();
@@ -2657,6 +2740,49 @@ fn custom_kernel_on_storage_buffers() {
     let e = candle_rocm::RocmStorage::from_slice(candle_rocm::RocmStorageSlice::F32(buf), device)
         .unwrap_err();
     assert!(e.to_string().contains("not on the stream"), "{e}");
+}
+
+#[test]
+fn the_cpu_oracle_refuses_exactly_the_arg_reductions_the_suite_expects_refused() {
+    // run_reduce expects argmin/argmax over several dims (or none) to be refused with the CPU's
+    // error; the rule must be the CPU's own, and `same_refusal` must tell errors apart.
+    let mut cases = reduce_cases();
+    cases.push(rc("no dims", contiguous((2, 3, 4)), &[]));
+    for case in cases {
+        for (op, name) in [(ReduceOp::ArgMin, "argmin"), (ReduceOp::ArgMax, "argmax")] {
+            let mut rng = Rng::new(case_seed(6, &[case.name, name]));
+            let input = reduce_input(op, DType::F32, &case, &mut rng);
+            let cpu = oracle(|| input.reduce_op(op, &case.layout, &case.dims));
+            if arg_reduce_refused(op, &case.dims) {
+                let ours = candle_core::Error::OnlySingleDimension {
+                    op: name,
+                    dims: case.dims.clone(),
+                };
+                same_refusal(Err(ours.bt()), cpu)
+                    .unwrap_or_else(|m| panic!("{name} {}: {m}", case.name));
+            } else if let Ok(Err(e)) = cpu {
+                assert!(
+                    !matches!(
+                        without_backtrace(&e),
+                        candle_core::Error::OnlySingleDimension { .. }
+                    ),
+                    "{name} {}: {e}",
+                    case.name
+                );
+            }
+        }
+    }
+    let cpu = CpuStorage::F32(vec![0.0; 6]);
+    let l = Layout::contiguous((2, 3));
+    let refused = || oracle(|| cpu.reduce_op(ReduceOp::ArgMax, &l, &[0, 1]));
+    let wrong_op = candle_core::Error::OnlySingleDimension {
+        op: "argmin",
+        dims: vec![0, 1],
+    };
+    assert!(same_refusal(Err(wrong_op), refused()).is_err());
+    assert!(same_refusal(Ok(()), refused()).is_err());
+    let computed = oracle(|| cpu.reduce_op(ReduceOp::ArgMax, &l, &[1]));
+    assert!(same_refusal(Err(candle_core::Error::Msg("x".into())), computed).is_err());
 }
 
 #[test]
