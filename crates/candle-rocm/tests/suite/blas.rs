@@ -166,6 +166,71 @@ fn matmul_copy_cases() -> Vec<MCase> {
     ]
 }
 
+/// A seeded random matmul layout of logical dims `dims` (rank 3 or 4): the dims stored in a
+/// random order (permuted batch dims, a transposed or unit-stride-on-batch matrix), some batch
+/// dims broadcast (stride 0), an optional gap after each stored dim, and an offset.
+fn random_matmul_operand(dims: &[usize], rng: &mut Rng) -> Layout {
+    let r = dims.len();
+    let mut order: Vec<usize> = (0..r).collect();
+    // Fisher-Yates over the storage order (outermost first).
+    for i in (1..r).rev() {
+        let j = rng.int(0, i as i128) as usize;
+        order.swap(i, j);
+    }
+    let mut strides = vec![0usize; r];
+    let mut next = 1usize;
+    for &d in order.iter().rev() {
+        strides[d] = next;
+        let gap = if rng.int(0, 3) == 0 { 2 } else { 1 };
+        next *= dims[d] * gap;
+    }
+    for (d, s) in strides.iter_mut().enumerate().take(r - 2) {
+        if dims[d] > 1 && rng.int(0, 3) == 0 {
+            *s = 0;
+        }
+    }
+    strided(dims, &strides, rng.int(0, 5) as usize)
+}
+
+/// Seeded random layouts for both operands (see [`random_matmul_operand`]) at batch > 1.
+fn matmul_random_cases(count: usize) -> Vec<MCase> {
+    let mut rng = Rng::new(0x3a7_3a7);
+    (0..count)
+        .map(|i| {
+            let batch: Vec<usize> = if rng.int(0, 1) == 0 {
+                vec![rng.int(2, 3) as usize]
+            } else {
+                vec![rng.int(1, 3) as usize, rng.int(2, 3) as usize]
+            };
+            let (m, n, k) = (
+                rng.pick(&[1usize, 2, 5, 8, 17]),
+                rng.pick(&[1usize, 3, 4, 16]),
+                rng.pick(&[1usize, 4, 7, 31]),
+            );
+            let with = |a: usize, b: usize| {
+                let mut d = batch.clone();
+                d.extend([a, b]);
+                d
+            };
+            let lhs = random_matmul_operand(&with(m, k), &mut rng);
+            let rhs = random_matmul_operand(&with(k, n), &mut rng);
+            let b = batch.iter().product();
+            MCase {
+                name: format!(
+                    "random {i}: bmnk ({b}, {m}, {n}, {k}), lhs {:?}@{}, rhs {:?}@{}",
+                    lhs.stride(),
+                    lhs.start_offset(),
+                    rhs.stride(),
+                    rhs.start_offset()
+                ),
+                bmnk: (b, m, n, k),
+                lhs,
+                rhs,
+            }
+        })
+        .collect()
+}
+
 fn matmul_cases() -> Vec<MCase> {
     let t = |l: Layout, a: usize, b: usize| l.transpose(a, b).unwrap();
     let mut v = vec![
@@ -256,6 +321,7 @@ fn matmul_cases() -> Vec<MCase> {
     ];
     v.extend(matmul_combination_cases());
     v.extend(matmul_copy_cases());
+    v.extend(matmul_random_cases(40));
     v
 }
 
