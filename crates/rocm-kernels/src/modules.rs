@@ -14,7 +14,10 @@
 //! * otherwise, and always on `nvidia`, the full source is compiled at run time through hip-core
 //!   (hipRTC / NVRTC) and its on-disk cache.
 //!
-//! [`load_path`] says which way a module was loaded, and why it was JIT-compiled.
+//! [`load_path`] says which way a module was loaded, and why it was JIT-compiled. The first
+//! run-time compilation on a device starts compiling every other module in the background, in
+//! parallel ([`PREFETCH_VAR`]); a module that is being compiled when an op needs it is waited
+//! for, never compiled twice.
 //! `ROCM_KERNELS_JIT=1` forces run-time compilation (to compare the two, or to bypass a bad
 //! bundle).
 
@@ -218,9 +221,13 @@ pub fn aot_code_object(
 
 type ModuleKey = (usize, &'static str);
 
-fn loaded() -> &'static Mutex<HashMap<ModuleKey, (Module, LoadPath)>> {
-    static LOADED: OnceLock<Mutex<HashMap<ModuleKey, (Module, LoadPath)>>> = OnceLock::new();
-    LOADED.get_or_init(|| Mutex::new(HashMap::new()))
+/// One module's load on one device: initialised once; every caller that needs the module while
+/// it is being compiled waits for that one compilation instead of starting another.
+type Slot = std::sync::Arc<OnceLock<Result<(Module, LoadPath)>>>;
+
+fn slots() -> &'static Mutex<HashMap<ModuleKey, Slot>> {
+    static SLOTS: OnceLock<Mutex<HashMap<ModuleKey, Slot>>> = OnceLock::new();
+    SLOTS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 fn static_name(name: &str) -> Result<&'static str> {
@@ -237,15 +244,75 @@ fn static_name(name: &str) -> Result<&'static str> {
 
 /// Module `name` loaded on `device` (loaded on first use, then cached): its ahead-of-time code
 /// object where there is a fresh one for the device, else JIT-compiled (see the module docs).
+/// The first module a device has to JIT-compile starts the compilation of all the others in
+/// the background ([`PREFETCH_VAR`]).
 pub fn module(device: &Device, name: &str) -> Result<Module> {
     let name = static_name(name)?;
-    let key = (device.ordinal(), name);
-    if let Some((m, _)) = loaded().lock().get(&key) {
-        return Ok(m.clone());
+    let (m, path) = load_once(device, name)?;
+    if matches!(path, LoadPath::Jit { .. }) {
+        start_prefetch(device);
     }
-    // Load outside the lock: another thread may load another module meanwhile.
-    let (m, path) = load(device, name)?;
-    Ok(loaded().lock().entry(key).or_insert((m, path)).0.clone())
+    Ok(m)
+}
+
+/// Loads `name` on `device` once (concurrent callers wait for the one load). A failure is not
+/// kept: the next call tries again.
+fn load_once(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
+    let key = (device.ordinal(), name);
+    let slot = slots().lock().entry(key).or_default().clone();
+    let result = slot.get_or_init(|| load(device, name)).clone();
+    if result.is_err() {
+        let mut map = slots().lock();
+        if map.get(&key).is_some_and(|s| std::sync::Arc::ptr_eq(s, &slot)) {
+            map.remove(&key);
+        }
+    }
+    result
+}
+
+/// `ROCM_KERNELS_PREFETCH=0` turns off the background compilation of every module that starts
+/// when a device first needs a run-time compilation. By default it runs, on up to half the
+/// machine's cores (at most 8 threads): a model touches most modules within its first forward
+/// pass, and compiled one at a time they cost the sum of their compile times, in parallel about
+/// the longest one. Modules already cached on disk or loaded ahead of time cost next to nothing.
+pub const PREFETCH_VAR: &str = "ROCM_KERNELS_PREFETCH";
+
+/// Starts the background compilation of every module on `device`, once per device.
+fn start_prefetch(device: &Device) {
+    static STARTED: OnceLock<Mutex<Vec<usize>>> = OnceLock::new();
+    if std::env::var(PREFETCH_VAR).is_ok_and(|v| v == "0") {
+        return;
+    }
+    {
+        let mut started = STARTED.get_or_init(|| Mutex::new(Vec::new())).lock();
+        if started.contains(&device.ordinal()) {
+            return;
+        }
+        started.push(device.ordinal());
+    }
+    let device = *device;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get() / 2)
+        .clamp(1, 8);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for _ in 0..threads {
+        let next = next.clone();
+        // Detached workers: each takes the next module not yet claimed; load errors are not
+        // kept (the op that needs the module reports its own).
+        let spawned = std::thread::Builder::new()
+            .name("rocm-kernels-prefetch".into())
+            .spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((name, _)) = MODULE_SOURCES.get(i) else {
+                    break;
+                };
+                let _ = load_once(&device, name);
+            });
+        if spawned.is_err() {
+            // No thread to spare: modules load on first use as before.
+            break;
+        }
+    }
 }
 
 fn load(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
@@ -273,10 +340,11 @@ fn load(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
 /// How module `name` was loaded on `device`, or `None` if it has not been loaded there (yet).
 pub fn load_path(device: &Device, name: &str) -> Option<LoadPath> {
     let name = static_name(name).ok()?;
-    loaded()
-        .lock()
-        .get(&(device.ordinal(), name))
-        .map(|(_, p)| p.clone())
+    let slot = slots().lock().get(&(device.ordinal(), name)).cloned()?;
+    match slot.get() {
+        Some(Ok((_, p))) => Some(p.clone()),
+        _ => None,
+    }
 }
 
 type FunctionKey = (usize, String);
