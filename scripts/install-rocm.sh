@@ -5,8 +5,9 @@
 # What it installs (from Debian unstable, the only Debian suite that ships ROCm 6.4 and an AMDGPU
 # device library for its clang):
 #   * headers: hip/ hsa/ amd_comgr/ rocblas/ miopen/ (the *-dev packages);
-#   * the real libamdhip64, libhiprtc, librocblas, libMIOpen and their closure (rocBLAS' Tensile
-#     kernel library is left out: 2.9 GB that only a GPU can use);
+#   * the real libamdhip64, libhiprtc, librocblas, libMIOpen and their closure, with rocBLAS' GEMM
+#     kernels (its Tensile library) for the chosen GPU architectures only (all of them are 2.9 GB;
+#     see CANDLE_ROCM_TENSILE_ARCHS below);
 #   * an AMDGPU clang + lld + clang-offload-bundler + llvm-readelf + the device libraries, and
 #     `bin/hip-clang`, a device-only HIP compiler wrapper;
 #   * unstable's glibc/libstdc++ in `sysroot/` (everything from unstable needs glibc >= 2.38) and
@@ -19,11 +20,13 @@
 # the prefix, re-run the script with the new location instead (downloads are cached in the prefix).
 #
 # Usage: scripts/install-rocm.sh [--prefix DIR] [--update | --force | --check] [--no-selftest]
+#                                [--tensile-archs LIST]
 #   (no option)    install, or do nothing if the stamp says the prefix is complete (no network)
 #   --update       re-resolve against Debian unstable now; downloads and re-installs only on change
 #   --force        re-install from scratch (cached .debs are reused where unchanged)
 #   --check        exit 0 if the prefix is up to date, 1 if it is not; changes nothing
 #   --no-selftest  skip the closing compile + dlopen test
+#   --tensile-archs LIST   same as CANDLE_ROCM_TENSILE_ARCHS=LIST
 # Knobs (environment):
 #   CANDLE_ROCM_PREFIX       install location (default $HOME/.cache/candle-rocm/rocm-deb)
 #   ROCM_PATH                if it holds a ROCm install (include/hip/hip_runtime_api.h and
@@ -31,7 +34,21 @@
 #   CANDLE_ROCM_MIRROR       Debian mirror (default http://deb.debian.org/debian)
 #   CANDLE_ROCM_SUITE        Debian suite (default sid)
 #   CANDLE_ROCM_LLVM_MAJOR   LLVM major version to use (default: discovered, see below)
-#   CANDLE_ROCM_WITH_TENSILE 1: keep rocBLAS' Tensile kernel library (default 0)
+#   CANDLE_ROCM_TENSILE_ARCHS  which GPU architectures get rocBLAS' Tensile kernels (the GEMM kernels
+#                            rocBLAS loads at its first GEMM, and without which it aborts the process;
+#                            rocblas-safe refuses to create a handle instead). Debian ships them all in
+#                            the librocblas package (no separate package), for the architectures its
+#                            X-Rocm-Gpu-Architecture field lists (ROCm 6.4: gfx803 gfx900 gfx906 gfx908
+#                            gfx90a gfx1010 gfx1030 gfx1100 gfx1101 gfx1102; not gfx942/gfx950 (MI300/
+#                            MI350) nor RDNA3.5/RDNA4: use AMD's ROCm there, ROCM_PATH). Values:
+#                              auto (default): the AMD GPUs of this machine (read from the KFD topology,
+#                                     /sys/class/kfd) that Debian builds for, plus gfx1010 (13 MB, the
+#                                     smallest: the tier-2 tests check a real Tensile directory with it)
+#                              none: no Tensile files at all
+#                              all:  every architecture (2.9 GB); CANDLE_ROCM_WITH_TENSILE=1 is the same
+#                              a list, e.g. "gfx90a gfx1100": those (each must be one Debian builds)
+#                            They land in <prefix>/root/usr/lib/x86_64-linux-gnu/rocblas/<version>/library,
+#                            where Debian's rocBLAS looks (env.sh: CANDLE_ROCM_TENSILE_DIR)
 #   CANDLE_ROCM_SELFTEST     0: skip the self test (default 1)
 #   CANDLE_ROCM_ARCHS        self-test offload archs (default "gfx90a gfx942 gfx1100 gfx1201")
 #
@@ -57,6 +74,8 @@ MIRROR=${CANDLE_ROCM_MIRROR:-http://deb.debian.org/debian}
 SUITE=${CANDLE_ROCM_SUITE:-sid}
 LLVM_OVERRIDE=${CANDLE_ROCM_LLVM_MAJOR:-}
 WITH_TENSILE=${CANDLE_ROCM_WITH_TENSILE:-0}
+TENSILE_REQ=${CANDLE_ROCM_TENSILE_ARCHS:-auto}
+[ "$WITH_TENSILE" = 1 ] && [ -z "${CANDLE_ROCM_TENSILE_ARCHS:-}" ] && TENSILE_REQ=all
 SELFTEST=${CANDLE_ROCM_SELFTEST:-1}
 ARCHS=${CANDLE_ROCM_ARCHS:-"gfx90a gfx942 gfx1100 gfx1201"}
 MODE=install
@@ -68,6 +87,8 @@ while [ $# -gt 0 ]; do
     --force) MODE=force;;
     --check) MODE=check;;
     --no-selftest) SELFTEST=0;;
+    --tensile-archs) [ $# -ge 2 ] || die "--tensile-archs needs a list (auto, none, all or e.g. \"gfx90a gfx1100\")"; TENSILE_REQ=$2; shift;;
+    --tensile-archs=*) TENSILE_REQ=${1#--tensile-archs=};;
     -h|--help) sed -n '2,/^set -euo/p' "$SCRIPT_PATH" | sed '$d; s/^# \{0,1\}//'; exit 0;;
     *) die "unknown argument '$1' (try --help)";;
   esac
@@ -76,6 +97,28 @@ done
 case "$PREFIX" in /*) ;; *) PREFIX=$(pwd)/$PREFIX;; esac
 PREFIX=${PREFIX%/}
 case "$SUITE" in unstable) SUITE_NAME="Debian unstable";; sid) SUITE_NAME="Debian unstable";; *) SUITE_NAME="Debian $SUITE";; esac
+
+# ------------------------------------------------------------------ rocBLAS Tensile architectures
+# The AMD GPUs of this machine, as gfx names, from the KFD topology (gfx_target_version 90010 is
+# gfx90a: major*10000 + minor*100 + stepping, minor and stepping written in hex).
+gpu_archs() {
+  local f v
+  for f in /sys/class/kfd/kfd/topology/nodes/*/properties; do
+    [ -r "$f" ] || continue
+    v=$(awk '$1 == "gfx_target_version" { print $2 }' "$f" 2>/dev/null)
+    case "$v" in ''|0|*[!0-9]*) continue;; esac
+    printf 'gfx%d%x%x\n' $((v / 10000)) $((v / 100 % 100)) $((v % 100))
+  done | sort -u | tr '\n' ' '
+}
+TENSILE_REQ=$(echo "$TENSILE_REQ" | tr ',' ' ' | xargs)
+case "$TENSILE_REQ" in
+  auto) TENSILE_ARCHS=$(echo "gfx1010 $(gpu_archs)" | tr ' ' '\n' | grep . | sort -u | xargs);;
+  none|all) TENSILE_ARCHS=$TENSILE_REQ;;
+  *) for a in $TENSILE_REQ; do
+       case "$a" in gfx[0-9]*) ;; *) die "CANDLE_ROCM_TENSILE_ARCHS: '$a' is not an architecture name (gfx90a, gfx1100, ...; or auto, none, all)";; esac
+     done
+     TENSILE_ARCHS=$(echo "$TENSILE_REQ" | tr ' ' '\n' | sed 's/:.*//' | sort -u | xargs);;
+esac
 
 # ------------------------------------------------------------------------------------------ layout
 APTDIR=$PREFIX/apt        # private apt config, lists and cache
@@ -141,6 +184,10 @@ export ROCM_DEB_PREFIX="$PREFIX"
 export ROCM_DEB_INCLUDE="$RP/include"
 export ROCM_DEB_LIB="$RP/lib"
 export HIP_DEVICE_LIB_PATH="$DEVLIB"
+# rocBLAS' Tensile directory of this install, if it is where AMD's packages put it (the
+# architectures in it are whatever the install has: nothing was installed)
+export CANDLE_ROCM_TENSILE_DIR="$( [ -d "$RP/lib/rocblas/library" ] && echo "$RP/lib/rocblas/library" )"
+export CANDLE_ROCM_TENSILE_ARCHS=""
 export PATH="$SBIN:\$PATH"
 export BINDGEN_EXTRA_CLANG_ARGS="-I$RP/include -D__HIP_PLATFORM_AMD__"
 ${LC:+export LIBCLANG_PATH=\"$LC\"}
@@ -160,7 +207,7 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -r "$KEYRING" ] || die "$KEYRING is missing; install the debian-archive-keyring package."
 
 RECIPE=$(sha256sum "$SCRIPT_PATH" 2>/dev/null | cut -c1-16 || echo unknown)
-CONFIG="format=$STAMP_FORMAT suite=$SUITE tensile=$WITH_TENSILE llvm=${LLVM_OVERRIDE:-auto} prefix=$PREFIX"
+CONFIG="format=$STAMP_FORMAT suite=$SUITE tensile=$(echo "$TENSILE_ARCHS" | tr ' ' ,) llvm=${LLVM_OVERRIDE:-auto} prefix=$PREFIX"
 
 stamp_get() { [ -f "$STAMP" ] && sed -n "s/^$1 //p" "$STAMP" | head -1; }
 
@@ -187,7 +234,7 @@ if command -v flock >/dev/null 2>&1; then
 fi
 
 # env.sh of a Debian install; written only if its content changes
-write_env() {   # write_env <llvm major> <device lib dir>
+write_env() {   # write_env <llvm major> <device lib dir> <Tensile dir or ""> <Tensile archs>
   local lc tmp; lc=$(libclang_dir); tmp=$ENVFILE.tmp.$$
   cat > "$tmp" <<EOF
 # candle-rocm ROCm environment (source me); written by scripts/install-rocm.sh
@@ -201,6 +248,10 @@ export ROCM_DEB_PREFIX="$PREFIX"
 export ROCM_DEB_INCLUDE="$ROOT/usr/include"
 export ROCM_DEB_LIB="$LIBDIR"
 export HIP_DEVICE_LIB_PATH="$2"
+# rocBLAS' Tensile (GEMM kernel) directory, where Debian's rocBLAS finds it by itself, and the
+# architectures it has kernels for (CANDLE_ROCM_TENSILE_ARCHS chooses them)
+export CANDLE_ROCM_TENSILE_DIR="${3:-}"
+export CANDLE_ROCM_TENSILE_ARCHS="${4:-}"
 export PATH="$BIN:\$PATH"
 # bindgen (bookworm libclang is fine): hip_runtime_api.h + rocblas.h parse as C; miopen.h needs '-x c++'
 export BINDGEN_EXTRA_CLANG_ARGS="-I$ROOT/usr/include -D__HIP_PLATFORM_AMD__"
@@ -211,7 +262,7 @@ EOF
 
 if [ "$MODE" = install ]; then
   if stamp_valid; then
-    write_env "$(stamp_get llvm)" "$(stamp_get devlibs)"
+    write_env "$(stamp_get llvm)" "$(stamp_get devlibs)" "$(stamp_get tensiledir)" "$(stamp_get tensilearchs)"
     note "ROCm prefix up to date: $PREFIX"
     exit 0
   fi
@@ -294,6 +345,28 @@ RT_DNN=$(pick "MIOpen library (libmiopenN)" '^libmiopen-?[0-9][0-9a-z.]*$')
 RT_TOP=$(echo "$DEV_DEPS" | grep -E '^lib(amdhip64|hiprtc|hiprtc-builtins|hsa-runtime64|amd-comgr|rocblas|miopen)-?[0-9][0-9a-z.]*$' | sort -u)
 note "runtime: $(echo $RT_TOP)"
 
+# rocBLAS' Tensile kernels ship inside its runtime package (there is no separate package); its
+# X-Rocm-Gpu-Architecture field lists the architectures it was built for.
+BLAS_ARCHS=$(for p in $RT_BLAS; do apt-cache show --no-all-versions "$p" | sed -n 's/^X-Rocm-Gpu-Architecture: //p'; done \
+  | tr ' ' '\n' | grep . | sort -u | xargs || true)
+if [ -z "$BLAS_ARCHS" ] && [ "$TENSILE_ARCHS" != none ] && [ "$TENSILE_ARCHS" != all ]; then
+  die "$SUITE_NAME's $(echo $RT_BLAS) no longer says which GPU architectures it was built for (X-Rocm-Gpu-Architecture); set CANDLE_ROCM_TENSILE_ARCHS=all (2.9 GB) or none."
+fi
+TENSILE_KEEP=""; TENSILE_SKIP=""
+case "$TENSILE_ARCHS" in
+  none) ;;
+  all) TENSILE_KEEP=$BLAS_ARCHS;;
+  *) for a in $TENSILE_ARCHS; do
+       if case " $BLAS_ARCHS " in *" $a "*) true;; *) false;; esac; then TENSILE_KEEP="$TENSILE_KEEP $a"
+       elif [ "$TENSILE_REQ" = auto ]; then note "note: this machine's $a has no rocBLAS kernels in $SUITE_NAME (it builds $BLAS_ARCHS); rocblas-safe will refuse to create a handle on it: use AMD's ROCm (ROCM_PATH) for $a"
+       else die "$SUITE_NAME's rocBLAS ($(echo $RT_BLAS)) has no Tensile kernels for $a; it is built for $BLAS_ARCHS. For $a use AMD's ROCm packages (set ROCM_PATH to that install)."
+       fi
+     done;;
+esac
+TENSILE_KEEP=$(echo $TENSILE_KEEP)
+for a in $BLAS_ARCHS; do case " $TENSILE_KEEP " in *" $a "*) ;; *) TENSILE_SKIP="$TENSILE_SKIP $a";; esac; done
+note "rocBLAS Tensile kernels for: ${TENSILE_KEEP:-(none)} (of $BLAS_ARCHS)"
+
 if [ -n "$LLVM_OVERRIDE" ]; then
   CANDIDATES=$LLVM_OVERRIDE
 else
@@ -338,7 +411,7 @@ awk 'NR==FNR { split($2, a, "_"); file[a[1]] = $2; size[a[1]] = $3; sha[a[1]] = 
 OLD_PKGS=$(sed -n 's/^pkg //p' "$STAMP" 2>/dev/null | awk '{print $1, $2, $3}' | sort || true)
 NEW_PKGS=$(awk '{print $1, $2, $3}' "$APTDIR/plan" | sort)
 if [ "$MODE" = update ] && [ "$OLD_PKGS" = "$NEW_PKGS" ] && stamp_valid; then
-  write_env "$(stamp_get llvm)" "$(stamp_get devlibs)"
+  write_env "$(stamp_get llvm)" "$(stamp_get devlibs)" "$(stamp_get tensiledir)" "$(stamp_get tensilearchs)"
   note "ROCm prefix up to date: $PREFIX (no package changed in $SUITE)"
   exit 0
 fi
@@ -369,7 +442,14 @@ log "extract into $STAGE"
 rm -rf "$STAGE"; mkdir -p "$STAGE/root" "$STAGE/sysroot" "$STAGE/tools"
 EXCL=(--exclude=./usr/share/doc --exclude=./usr/share/lintian --exclude=./usr/share/man --exclude=./usr/share/bug
       --exclude=./usr/share/locale)
-[ "$WITH_TENSILE" = 1 ] || EXCL+=(--exclude='./usr/lib/*/rocblas/*')
+# rocBLAS' Tensile directory (usr/lib/<triple>/rocblas/<version>/library): every file named after an
+# architecture not kept is left out (TensileLibrary_lazy_gfx908.dat, ..._gfx908.co,
+# Kernels.so-000-gfx90a-xnack+.hsaco); the architecture-neutral *_fallback.dat files stay.
+if [ "$TENSILE_ARCHS" = none ]; then
+  EXCL+=(--exclude='./usr/lib/*/rocblas/*')
+else
+  for a in $TENSILE_SKIP; do EXCL+=(--exclude="./usr/lib/*/rocblas/*$a[!0-9a-z]*"); done
+fi
 extract() { dpkg-deb --fsys-tarfile "$2" | tar -x -C "$1" "${EXCL[@]}"; }
 # the biggest package (rocBLAS, ~280 MB of xz) is unpacked in the background alongside the others
 BIG=$(sort -k4,4n "$APTDIR/plan" | tail -1)
@@ -382,6 +462,15 @@ wait "$BIG_PID" || die "could not unpack $BIG_FILE"
 
 S_LIBDIR=$STAGE/root/usr/lib/x86_64-linux-gnu
 S_SYSLIB=$STAGE/sysroot/usr/lib/x86_64-linux-gnu
+TENSILE_REL=""; TENSILE_FILES=""
+if [ -n "$TENSILE_KEEP" ]; then
+  for a in $TENSILE_KEEP; do
+    f=$(cd "$STAGE/root" && find usr/lib -path "*/rocblas/*" -name "TensileLibrary_lazy_$a.dat" 2>/dev/null | sort | head -1)
+    [ -n "$f" ] || die "$(echo $RT_BLAS) was supposed to hold rocBLAS' Tensile kernels for $a (TensileLibrary_lazy_$a.dat) but does not; set CANDLE_ROCM_TENSILE_ARCHS without $a."
+    TENSILE_REL=$(dirname "$f"); TENSILE_FILES="$TENSILE_FILES $f"
+  done
+  note "rocBLAS Tensile directory: /$TENSILE_REL ($(du -sh "$STAGE/root/$TENSILE_REL" | cut -f1))"
+fi
 S_LLVMBIN=$STAGE/root/usr/lib/llvm-$V/bin
 [ -x "$S_SYSLIB/ld-linux-x86-64.so.2" ] || die "$SUITE_NAME's libc6 has no ld-linux-x86-64.so.2 in /usr/lib/x86_64-linux-gnu any more."
 for t in clang ld.lld clang-offload-bundler llvm-readelf; do
@@ -461,7 +550,7 @@ ln -s ../root/usr/share "$ROCMDIR/share"   # share/hip/version: clang's HIP dete
 ln -s "../root/usr/lib/llvm-$V" "$ROCMDIR/llvm"
 ln -s "../root/$(dirname "$DEVLIB_REL")" "$ROCMDIR/amdgcn"
 
-write_env "$V" "$DEVLIB"
+write_env "$V" "$DEVLIB" "${TENSILE_REL:+$ROOT/$TENSILE_REL}" "$TENSILE_KEEP"
 { echo "# group package version download-bytes (from $SUITE, $MIRROR)"
   while read -r group pkg file size sha; do
     printf '%s %s %s %s\n' "$group" "$pkg" "$(dpkg-deb -f "$DEBS/$file" Version)" "$size"
@@ -560,6 +649,9 @@ rm -f "$APTDIR"/cache/*.bin   # 50 MB, rebuilt from the lists by the next update
   echo "config $CONFIG"
   echo "llvm $V"
   echo "devlibs $DEVLIB"
+  echo "tensiledir ${TENSILE_REL:+$ROOT/$TENSILE_REL}"
+  echo "tensilearchs $TENSILE_KEEP"
+  for f in $TENSILE_FILES; do echo "file $ROOT/$f"; done
   for f in "$ROOT/usr/include/hip/hip_runtime_api.h" "$ROOT/usr/include/rocblas/rocblas.h" \
            "$ROOT/usr/include/miopen/miopen.h" "$LDSO" "$DEVLIB/ockl.bc" "$LLVMBIN/clang" "$LLVMBIN/ld.lld" \
            "$LLVMBIN/clang-offload-bundler" "$LLVMBIN/llvm-readelf" "$BIN/hip-clang" "$BIN/sid-run" \

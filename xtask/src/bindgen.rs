@@ -94,6 +94,8 @@ const SPECS: &[Spec] = &[
             "hipModuleLaunchKernel",
             "hipGetErrorName",
             "hipGetErrorString",
+            // Clears HIP 7's per-thread "last error" after a failure hip-core handles itself.
+            "hipGetLastError",
         ],
         types: &[
             "hipError_t",
@@ -152,6 +154,9 @@ const SPECS: &[Spec] = &[
             "rocblas_get_pointer_mode",
             "rocblas_set_math_mode",
             "rocblas_get_math_mode",
+            // Deterministic GEMMs: atomics are allowed by default on ROCm 6 (split-K).
+            "rocblas_set_atomics_mode",
+            "rocblas_get_atomics_mode",
             "rocblas_initialize",
             "rocblas_sgemm",
             "rocblas_dgemm",
@@ -169,6 +174,7 @@ const SPECS: &[Spec] = &[
             "rocblas_datatype",
             "rocblas_pointer_mode",
             "rocblas_math_mode",
+            "rocblas_atomics_mode",
             "rocblas_gemm_algo",
             "rocblas_gemm_flags",
         ],
@@ -203,6 +209,15 @@ const SPECS: &[Spec] = &[
             "miopenConvolutionBackwardDataGetWorkSpaceSize",
             "miopenFindConvolutionBackwardDataAlgorithm",
             "miopenConvolutionBackwardData",
+            // Immediate mode, the default algorithm search (docs/miopen.md).
+            "miopenConvolutionForwardGetSolutionCount",
+            "miopenConvolutionForwardGetSolution",
+            "miopenConvolutionForwardCompileSolution",
+            "miopenConvolutionForwardImmediate",
+            "miopenConvolutionBackwardDataGetSolutionCount",
+            "miopenConvolutionBackwardDataGetSolution",
+            "miopenConvolutionBackwardDataCompileSolution",
+            "miopenConvolutionBackwardDataImmediate",
             "miopenCreatePoolingDescriptor",
             "miopenSetNdPoolingDescriptor",
             "miopenGetPoolingNdForwardOutputDim",
@@ -216,6 +231,7 @@ const SPECS: &[Spec] = &[
             "miopenPoolingMode_t",
             "miopenConvFwdAlgorithm_t",
             "miopenConvBwdDataAlgorithm_t",
+            "miopenConvAlgorithm_t",
         ],
         vars: &[],
         // One `hipStream_t` in the whole workspace: miopenCreateWithStream takes hip-core's.

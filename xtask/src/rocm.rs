@@ -6,9 +6,15 @@
 //! `ROCm prefix up to date: <prefix>` and touches no network. Its `<prefix>/env.sh` is then read
 //! back into a [`RocmEnv`], which the other commands use.
 //!
-//! Usage: `cargo xtask install-rocm [--prefix DIR] [--update | --force | --check] [--no-selftest]`
-//! (the options are the script's: see `cargo xtask install-rocm --help`). The prefix defaults to
-//! `$CANDLE_ROCM_PREFIX`, else `$HOME/.cache/candle-rocm/rocm-deb`.
+//! Usage: `cargo xtask install-rocm [--prefix DIR] [--update | --force | --check] [--no-selftest]
+//! [--tensile-archs LIST]` (the options are the script's: see `cargo xtask install-rocm --help`).
+//! The prefix defaults to `$CANDLE_ROCM_PREFIX`, else `$HOME/.cache/candle-rocm/rocm-deb`.
+//!
+//! rocBLAS' GEMM kernels (its Tensile library, 2.9 GB for every architecture, inside Debian's
+//! `librocblas4` package) are installed for the architectures `CANDLE_ROCM_TENSILE_ARCHS` (or
+//! `--tensile-archs`) names: `auto` (default: this machine's AMD GPUs, plus `gfx1010` for the
+//! tier-2 tests), `none`, `all`, or a list such as `"gfx90a gfx1100"`. Without them rocBLAS
+//! aborts the process at its first GEMM; rocblas-safe refuses to create a handle instead.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -52,6 +58,11 @@ pub struct RocmEnv {
     pub bindgen_clang_args: String,
     /// A host libclang directory for bindgen, when one was found.
     pub libclang_path: Option<PathBuf>,
+    /// rocBLAS' Tensile (GEMM kernel) directory, when the install has one.
+    pub tensile_dir: Option<PathBuf>,
+    /// The GPU architectures the installer put Tensile kernels in for (empty for an existing
+    /// install, whose contents the installer does not choose).
+    pub tensile_archs: Vec<String>,
 }
 
 impl RocmEnv {
@@ -112,6 +123,11 @@ impl RocmEnv {
                 .unwrap_or("")
                 .to_string(),
             libclang_path: opt("LIBCLANG_PATH"),
+            tensile_dir: opt("CANDLE_ROCM_TENSILE_DIR"),
+            tensile_archs: vars
+                .get("CANDLE_ROCM_TENSILE_ARCHS")
+                .map(|v| v.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default(),
         })
     }
 
@@ -130,9 +146,15 @@ impl RocmEnv {
             RocmKind::Debian => "Debian unstable packages",
             RocmKind::System => "existing install ($ROCM_PATH)",
         };
+        let tensile = match (&self.tensile_dir, self.tensile_archs.is_empty()) {
+            (None, _) => "(none: rocBLAS GEMMs need CANDLE_ROCM_TENSILE_ARCHS)".to_string(),
+            (Some(d), true) => d.display().to_string(),
+            (Some(d), false) => format!("{} ({})", d.display(), self.tensile_archs.join(" ")),
+        };
         format!(
             "ROCm: {kind} in {prefix} (source {env})\n  ROCM_PATH   {rocm}\n  include     {inc}\n  libraries   {lib}\n  \
-             sid-run     {sid}\n  hip-clang   {clang}\n  device libs {dl}\n  bindgen     {bg} (libclang: {lc})",
+             sid-run     {sid}\n  hip-clang   {clang}\n  device libs {dl}\n  Tensile     {tensile}\n  \
+             bindgen     {bg} (libclang: {lc})",
             prefix = self.prefix.display(),
             env = self.env_file.display(),
             rocm = self.rocm_path.display(),
@@ -232,6 +254,8 @@ export ROCM_DEB_PREFIX="/p"
 export ROCM_DEB_INCLUDE="/p/root/usr/include"
 export ROCM_DEB_LIB="/p/root/usr/lib/x86_64-linux-gnu"
 export HIP_DEVICE_LIB_PATH="/p/root/usr/lib/llvm-21/lib/clang/21/amdgcn/bitcode"
+export CANDLE_ROCM_TENSILE_DIR="/p/root/usr/lib/x86_64-linux-gnu/rocblas/4.4.1/library"
+export CANDLE_ROCM_TENSILE_ARCHS="gfx1010 gfx90a"
 export PATH="/p/bin:$PATH"
 export BINDGEN_EXTRA_CLANG_ARGS="-I/p/root/usr/include -D__HIP_PLATFORM_AMD__"
 export LIBCLANG_PATH="/usr/lib/llvm-14/lib"
@@ -256,6 +280,35 @@ export LIBCLANG_PATH="/usr/lib/llvm-14/lib"
             Some(Path::new("/usr/lib/llvm-14/lib"))
         );
         assert!(e.summary().contains("/p/rocm"));
+        assert_eq!(
+            e.tensile_dir.as_deref(),
+            Some(Path::new(
+                "/p/root/usr/lib/x86_64-linux-gnu/rocblas/4.4.1/library"
+            ))
+        );
+        assert_eq!(e.tensile_archs, vec!["gfx1010", "gfx90a"]);
+        assert!(e.summary().contains("(gfx1010 gfx90a)"), "{}", e.summary());
+    }
+
+    #[test]
+    fn an_env_file_without_tensile_has_none() {
+        let text = DEB
+            .lines()
+            .filter(|l| !l.contains("TENSILE"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let e = RocmEnv::parse(&text, Path::new("/p/env.sh")).unwrap();
+        assert_eq!((e.tensile_dir, e.tensile_archs.len()), (None, 0));
+        let text = DEB.replace(
+            r#"TENSILE_DIR="/p/root/usr/lib/x86_64-linux-gnu/rocblas/4.4.1/library""#,
+            r#"TENSILE_DIR="""#,
+        );
+        let e = RocmEnv::parse(&text, Path::new("/p/env.sh")).unwrap();
+        assert!(
+            e.summary().contains("CANDLE_ROCM_TENSILE_ARCHS"),
+            "{}",
+            e.summary()
+        );
     }
 
     #[test]

@@ -40,6 +40,14 @@
 //! * **Releasing.** [`CachingAllocator::empty_cache`] synchronises and releases every segment
 //!   without live blocks; dropping the allocator does the same and destroys its events.
 //!   Segments that still hold live blocks are never released.
+//! * **No caching (debugging).** With `HIP_CORE_NO_CACHING=1` (or `CANDLE_ROCM_NO_CACHING=1`;
+//!   see [`NO_CACHING_VARS`]), read once when the device's allocator is created, every request
+//!   is a device allocation of exactly its size and every free a device free, so that memory
+//!   checkers (`compute-sanitizer`) see each buffer's bounds and lifetime. There is no stream
+//!   order to rely on then: a free first synchronises the device (all streams that may still
+//!   use the memory), and frees the memory only if that succeeded (else at the next successful
+//!   synchronisation). Statistics count as usual (one segment per live allocation, no cache
+//!   hits). Slow by design.
 //!
 //! Errors in paths that cannot report them (free, drop) are ignored without losing the
 //! bookkeeping: a segment whose release fails stays cached, and a block whose event cannot be
@@ -82,6 +90,9 @@ pub(crate) trait AllocatorBackend: Send + Sync {
     fn malloc(&self, bytes: usize) -> Result<DevicePtr>;
     /// Whether `err` reports out-of-memory.
     fn is_out_of_memory(&self, err: &Error) -> bool;
+    /// Clears the runtime's per-thread "last error" after an out-of-memory the allocator
+    /// handled (see [`Driver::clear_last_error`]).
+    fn clear_last_error(&self);
     /// Frees device memory.
     ///
     /// # Safety
@@ -121,6 +132,9 @@ impl AllocatorBackend for DriverBackend {
     }
     fn is_out_of_memory(&self, err: &Error) -> bool {
         self.driver.is_out_of_memory(err)
+    }
+    fn clear_last_error(&self) {
+        self.driver.clear_last_error();
     }
     unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
         self.driver.set_current(self.ordinal)?;
@@ -329,6 +343,11 @@ struct State {
     /// Retired streams that still had live or pending blocks (owning or using) when retired.
     retired: HashSet<u64>,
     stats: AllocatorStats,
+    /// No-caching mode: live device allocations, address to size.
+    raw: HashMap<u64, usize>,
+    /// No-caching mode: freed allocations whose device free waits for a successful
+    /// synchronisation (address, size).
+    raw_deferred: Vec<(u64, usize)>,
 }
 
 impl State {
@@ -588,6 +607,8 @@ impl State {
     ///
     /// The caller has synchronised the device, so no queued work uses a free block.
     fn release_free_segments(&mut self, backend: &dyn AllocatorBackend) {
+        let deferred = std::mem::take(&mut self.raw_deferred);
+        self.release_raw(backend, deferred);
         let idle: Vec<u64> = self
             .segments
             .iter()
@@ -663,6 +684,8 @@ impl State {
 pub struct CachingAllocator {
     device: usize,
     backend: Box<dyn AllocatorBackend>,
+    /// `false` in no-caching mode (see [`NO_CACHING_VARS`]).
+    caching: bool,
     state: Mutex<State>,
 }
 
@@ -670,19 +693,39 @@ impl std::fmt::Debug for CachingAllocator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachingAllocator")
             .field("device", &self.device)
+            .field("caching", &self.caching)
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }
 
 impl CachingAllocator {
-    /// A new allocator for device `device` over `backend`.
+    /// A new allocator for device `device` over `backend`; caching unless the environment
+    /// asks for none ([`NO_CACHING_VARS`], read here, once per device).
     pub(crate) fn new(device: usize, backend: Box<dyn AllocatorBackend>) -> Self {
+        let no_caching = no_caching_requested(|name| std::env::var(name).ok());
+        Self::with_caching(device, backend, !no_caching)
+    }
+
+    /// A new allocator for device `device` over `backend`, caching or not.
+    pub(crate) fn with_caching(
+        device: usize,
+        backend: Box<dyn AllocatorBackend>,
+        caching: bool,
+    ) -> Self {
         CachingAllocator {
             device,
             backend,
+            caching,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Whether freed memory is cached for reuse: `false` when `HIP_CORE_NO_CACHING` or
+    /// `CANDLE_ROCM_NO_CACHING` was set when the device was first used (see
+    /// [`NO_CACHING_VARS`]).
+    pub fn is_caching(&self) -> bool {
+        self.caching
     }
 
     fn out_of_memory(&self, state: &State, requested: usize) -> Error {
@@ -696,6 +739,9 @@ impl CachingAllocator {
 
     /// Allocates `bytes` for use on `stream`.
     pub(crate) fn allocate(&self, bytes: usize, stream: StreamKey) -> Result<Allocation> {
+        if !self.caching {
+            return self.raw_allocate(bytes);
+        }
         let mut st = self.state.lock();
         if bytes == 0 {
             st.stats.allocations += 1;
@@ -726,6 +772,9 @@ impl CachingAllocator {
         let base = match self.backend.malloc(segment_size) {
             Ok(base) => base,
             Err(e) if self.backend.is_out_of_memory(&e) => {
+                // Handled here (release and retry, or Error::OutOfMemory): HIP 7 would keep
+                // reporting the failed hipMalloc to whoever reads the last error next.
+                self.backend.clear_last_error();
                 self.backend.synchronize()?;
                 st.on_synchronized();
                 st.stats.oom_retries += 1;
@@ -742,6 +791,7 @@ impl CachingAllocator {
                 match self.backend.malloc(segment_size) {
                     Ok(base) => base,
                     Err(e) if self.backend.is_out_of_memory(&e) => {
+                        self.backend.clear_last_error();
                         return Err(self.out_of_memory(&st, bytes));
                     }
                     Err(e) => return Err(e),
@@ -769,6 +819,9 @@ impl CachingAllocator {
     /// Returns a block; it becomes reusable in stream order on its allocating stream, and on
     /// other streams that used it (see [`CachingAllocator::record_stream`]) once their work is done.
     pub(crate) fn free(&self, allocation: Allocation) {
+        if !self.caching {
+            return self.raw_free(allocation);
+        }
         let mut st = self.state.lock();
         st.stats.frees += 1;
         let ptr = allocation.ptr.0;
@@ -885,6 +938,103 @@ impl CachingAllocator {
     }
 }
 
+/// Environment variables that turn the caching off for debugging, like PyTorch's
+/// `PYTORCH_NO_CUDA_MEMORY_CACHING`: `1`, `true`, `yes` or `on` in either. `HIP_CORE_NO_CACHING`
+/// is hip-core's own name; `CANDLE_ROCM_NO_CACHING` is accepted too, for users who know the
+/// Candle backend above it. Read when a device's allocator is created (its first use).
+pub const NO_CACHING_VARS: [&str; 2] = ["HIP_CORE_NO_CACHING", "CANDLE_ROCM_NO_CACHING"];
+
+/// Whether one of [`NO_CACHING_VARS`], as `var` reads it, asks for no caching.
+fn no_caching_requested(var: impl Fn(&str) -> Option<String>) -> bool {
+    NO_CACHING_VARS.iter().any(|name| {
+        var(name).is_some_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "true" | "yes" | "on"
+            )
+        })
+    })
+}
+
+/// No-caching mode.
+impl CachingAllocator {
+    /// One device allocation of exactly `bytes` (none for 0).
+    fn raw_allocate(&self, bytes: usize) -> Result<Allocation> {
+        let mut st = self.state.lock();
+        if bytes == 0 {
+            st.stats.allocations += 1;
+            return Ok(Allocation {
+                ptr: DevicePtr::NULL,
+                size: 0,
+            });
+        }
+        let ptr = match self.backend.malloc(bytes) {
+            Ok(ptr) => ptr,
+            Err(e) if self.backend.is_out_of_memory(&e) => {
+                // Reported as Error::OutOfMemory: not left behind as the runtime's last error.
+                self.backend.clear_last_error();
+                return Err(self.out_of_memory(&st, bytes));
+            }
+            Err(e) => return Err(e),
+        };
+        st.raw.insert(ptr.0, bytes);
+        let stats = &mut st.stats;
+        stats.allocations += 1;
+        stats.device_mallocs += 1;
+        stats.segments += 1;
+        stats.active_blocks += 1;
+        stats.allocated_bytes += bytes;
+        stats.reserved_bytes += bytes;
+        stats.peak_allocated_bytes = stats.peak_allocated_bytes.max(stats.allocated_bytes);
+        stats.peak_reserved_bytes = stats.peak_reserved_bytes.max(stats.reserved_bytes);
+        Ok(Allocation { ptr, size: bytes })
+    }
+
+    /// Synchronises the device, then frees the allocation (and any earlier one still waiting
+    /// for a synchronisation). Without a successful synchronisation the free waits.
+    fn raw_free(&self, allocation: Allocation) {
+        let size = {
+            let mut st = self.state.lock();
+            st.stats.frees += 1;
+            // A null (zero-byte) allocation, a double free or a foreign address: nothing to do.
+            let Some(size) = st.raw.remove(&allocation.ptr.0) else {
+                return;
+            };
+            st.stats.allocated_bytes = st.stats.allocated_bytes.saturating_sub(size);
+            st.stats.active_blocks = st.stats.active_blocks.saturating_sub(1);
+            size
+        };
+        // Work queued on any stream may still use the memory: without the caching allocator's
+        // stream order, it must be done before the memory goes back. Not under the lock, so
+        // that other threads keep allocating meanwhile.
+        let synchronized = self.backend.synchronize().is_ok();
+        let mut st = self.state.lock();
+        st.raw_deferred.push((allocation.ptr.0, size));
+        if synchronized {
+            let ready = std::mem::take(&mut st.raw_deferred);
+            st.release_raw(&*self.backend, ready);
+        }
+    }
+}
+
+impl State {
+    /// Frees no-caching allocations whose buffers are gone, after a device synchronisation;
+    /// one whose free fails waits for the next synchronisation.
+    fn release_raw(&mut self, backend: &dyn AllocatorBackend, allocations: Vec<(u64, usize)>) {
+        for (ptr, size) in allocations {
+            // SAFETY: `ptr` came from `backend.malloc` in no-caching mode and its buffer is
+            // gone; the caller synchronised the device after that, so no queued work uses it.
+            if unsafe { backend.free(DevicePtr(ptr)) }.is_err() {
+                self.raw_deferred.push((ptr, size));
+                continue;
+            }
+            self.stats.reserved_bytes = self.stats.reserved_bytes.saturating_sub(size);
+            self.stats.segments = self.stats.segments.saturating_sub(1);
+            self.stats.device_frees += 1;
+        }
+    }
+}
+
 impl Drop for CachingAllocator {
     fn drop(&mut self) {
         let backend = &*self.backend;
@@ -979,13 +1129,25 @@ impl State {
         for p in &self.pending {
             assert_eq!(self.blocks[&p.block].state, BlockState::Pending);
         }
+        // No-caching mode: every live or deferred allocation is a segment of its own.
+        for &size in self.raw.values() {
+            (reserved, allocated, active) = (reserved + size, allocated + size, active + 1);
+        }
+        reserved += self
+            .raw_deferred
+            .iter()
+            .map(|&(_, size)| size)
+            .sum::<usize>();
         let s = &self.stats;
         assert_eq!(s.allocated_bytes, allocated);
         assert_eq!(s.active_blocks, active);
         assert_eq!(s.pending_blocks, pending_blocks);
         assert_eq!(s.pending_bytes, pending_bytes);
         assert_eq!(s.reserved_bytes, reserved);
-        assert_eq!(s.segments, self.segments.len());
+        assert_eq!(
+            s.segments,
+            self.segments.len() + self.raw.len() + self.raw_deferred.len()
+        );
         assert!(s.peak_allocated_bytes >= s.allocated_bytes);
         assert!(s.peak_reserved_bytes >= s.reserved_bytes);
         assert!(s.allocated_bytes + s.pending_bytes <= s.reserved_bytes);
@@ -1038,6 +1200,12 @@ mod tests {
         event_records: u64,
         event_queries: u64,
         event_destroys: u64,
+        /// Calls of `clear_last_error` (one per out-of-memory the allocator handled).
+        last_error_clears: u64,
+        /// Synchronisations fail (no-caching tests).
+        fail_sync: bool,
+        /// For each successful free: (address, synchronisations done before it).
+        freed: Vec<(u64, u64)>,
         next_event: usize,
         /// Live events: completed?
         events: HashMap<usize, bool>,
@@ -1119,12 +1287,17 @@ mod tests {
         fn is_out_of_memory(&self, err: &Error) -> bool {
             err.api_name() == Some("hipErrorOutOfMemory")
         }
+        fn clear_last_error(&self) {
+            self.st().last_error_clears += 1;
+        }
         unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
             let mut s = self.st();
             s.free_calls += 1;
             match s.live.remove(&ptr.0) {
                 Some(size) => {
                     s.used -= size;
+                    let syncs = s.syncs;
+                    s.freed.push((ptr.0, syncs));
                     Ok(())
                 }
                 None => Err(Error::invalid("hipFree", "unknown pointer")),
@@ -1132,6 +1305,9 @@ mod tests {
         }
         fn synchronize(&self) -> Result<()> {
             let mut s = self.st();
+            if s.fail_sync {
+                return Err(Error::invalid("hipDeviceSynchronize", "injected failure"));
+            }
             s.syncs += 1;
             s.events.values_mut().for_each(|done| *done = true);
             Ok(())
@@ -1182,7 +1358,15 @@ mod tests {
 
     fn setup(capacity: usize) -> (CachingAllocator, FakeBackend) {
         let fake = FakeBackend::new(capacity);
-        (CachingAllocator::new(0, Box::new(fake.clone())), fake)
+        let a = CachingAllocator::with_caching(0, Box::new(fake.clone()), true);
+        (a, fake)
+    }
+
+    /// An allocator in no-caching mode over a fake.
+    fn setup_no_caching(capacity: usize) -> (CachingAllocator, FakeBackend) {
+        let fake = FakeBackend::new(capacity);
+        let a = CachingAllocator::with_caching(0, Box::new(fake.clone()), false);
+        (a, fake)
     }
 
     #[test]
@@ -1487,6 +1671,8 @@ mod tests {
         assert_eq!((st.reserved_bytes, st.segments), (30 * MIB, 1));
         assert_eq!(fake.st().syncs, 1);
         assert_eq!(fake.st().malloc_calls, 3);
+        // The handled out-of-memory does not stay behind as the runtime's last error.
+        assert_eq!(fake.st().last_error_clears, 1);
         a.free(y);
         a.check();
     }
@@ -1509,7 +1695,8 @@ mod tests {
             (1, 0, 0)
         );
         let f = fake.st();
-        assert_eq!((f.syncs, f.malloc_calls), (1, 2));
+        assert_eq!((f.syncs, f.malloc_calls, f.last_error_clears), (1, 2, 1));
+        drop(f);
         a.free(y);
         a.check();
     }
@@ -1539,7 +1726,9 @@ mod tests {
         assert_eq!(st.oom_retries, 1);
         assert_eq!((st.allocations, st.active_blocks), (1, 1));
         assert_eq!(st.reserved_bytes, 30 * MIB);
-        // Other errors pass through unchanged, without a retry.
+        // Both failed hipMallocs (the first try and the retry) were cleared.
+        assert_eq!(fake.st().last_error_clears, 2);
+        // Other errors pass through unchanged, without a retry (and are the caller's to read).
         fake.st().fail_other = true;
         let err = a.allocate(MIB, s).unwrap_err();
         assert!(
@@ -1553,6 +1742,7 @@ mod tests {
             "{err:?}"
         );
         assert_eq!(a.stats().oom_retries, 1);
+        assert_eq!(fake.st().last_error_clears, 2);
         fake.st().fail_other = false;
         // A request that cannot even be rounded is out of memory.
         let err = a.allocate(usize::MAX - 3, s).unwrap_err();
@@ -1806,6 +1996,8 @@ mod tests {
             );
             // Every failed device allocation was followed by a retry or reported.
             assert_eq!(f.malloc_calls - f.mallocs_ok, st.oom_retries + ooms);
+            // ... and each of those failures was cleared from the runtime's last error.
+            assert_eq!(f.last_error_clears, f.malloc_calls - f.mallocs_ok);
             assert_eq!(st.peak_allocated_bytes, peak_alloc, "step {step}");
             assert_eq!(st.peak_reserved_bytes, peak_res, "step {step}");
             // Live blocks never overlap and lie inside device segments.
@@ -1841,5 +2033,189 @@ mod tests {
         );
         assert!(fake.st().live.is_empty());
         a.check();
+    }
+
+    #[test]
+    fn no_caching_is_asked_for_by_either_variable() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(!no_caching_requested(env(&[])));
+        assert!(no_caching_requested(env(&[("HIP_CORE_NO_CACHING", "1")])));
+        assert!(no_caching_requested(env(&[(
+            "CANDLE_ROCM_NO_CACHING",
+            "1"
+        )])));
+        assert!(no_caching_requested(env(&[(
+            "HIP_CORE_NO_CACHING",
+            " True "
+        )])));
+        assert!(no_caching_requested(env(&[
+            ("HIP_CORE_NO_CACHING", "0"),
+            ("CANDLE_ROCM_NO_CACHING", "on"),
+        ])));
+        assert!(!no_caching_requested(env(&[("HIP_CORE_NO_CACHING", "0")])));
+        assert!(!no_caching_requested(env(&[(
+            "CANDLE_ROCM_NO_CACHING",
+            ""
+        )])));
+        assert!(!no_caching_requested(env(&[(
+            "PYTORCH_NO_CUDA_MEMORY_CACHING",
+            "1"
+        )])));
+        let (a, _) = setup(MIB);
+        let (b, _) = setup_no_caching(MIB);
+        assert!(a.is_caching() && !b.is_caching());
+    }
+
+    #[test]
+    fn no_caching_allocates_and_frees_each_buffer_on_the_device() {
+        let (a, fake) = setup_no_caching(usize::MAX);
+        let s = stream(1);
+        // Exactly the requested bytes: no rounding, no segment to carve.
+        let x = a.allocate(100, s).unwrap();
+        let y = a.allocate(3 * MIB + 1, s).unwrap();
+        assert_eq!(fake.segment_sizes(), vec![100, 3 * MIB + 1]);
+        let st = a.stats();
+        assert_eq!(
+            (st.allocations, st.device_mallocs, st.cache_hits),
+            (2, 2, 0)
+        );
+        assert_eq!((st.active_blocks, st.segments), (2, 2));
+        assert_eq!(st.allocated_bytes, 3 * MIB + 101);
+        assert_eq!(st.reserved_bytes, 3 * MIB + 101);
+        a.check();
+        // A free synchronises the device, then frees at once: nothing is cached.
+        let x_ptr = x.ptr;
+        a.free(x);
+        assert_eq!(fake.st().freed, vec![(x_ptr.0, 1)]);
+        assert_eq!(fake.segment_sizes(), vec![3 * MIB + 1]);
+        let st = a.stats();
+        assert_eq!((st.frees, st.device_frees, st.segments), (1, 1, 1));
+        assert_eq!(
+            (st.allocated_bytes, st.reserved_bytes),
+            (3 * MIB + 1, 3 * MIB + 1)
+        );
+        assert_eq!(st.peak_reserved_bytes, 3 * MIB + 101);
+        a.check();
+        // The same request on the same stream is a new device allocation, never a reuse.
+        let x2 = a.allocate(100, s).unwrap();
+        assert_ne!(x2.ptr, x_ptr);
+        let st = a.stats();
+        assert_eq!((st.device_mallocs, st.cache_hits), (3, 0));
+        // Another stream's use needs no event: the synchronisation at free covers every stream.
+        a.record_stream(&x2, stream(2));
+        a.stream_retired(2);
+        a.free(x2);
+        a.free(y);
+        let f = fake.st();
+        assert_eq!((f.event_creates, f.event_records), (0, 0));
+        assert_eq!(f.syncs, 3);
+        assert_eq!(
+            f.freed.iter().map(|&(_, syncs)| syncs).collect::<Vec<_>>(),
+            vec![1, 2, 3],
+            "every free follows its own synchronisation"
+        );
+        assert!(f.live.is_empty());
+        drop(f);
+        let st = a.stats();
+        assert_eq!((st.allocations, st.frees), (3, 3));
+        assert_eq!((st.device_mallocs, st.device_frees), (3, 3));
+        assert_eq!(
+            (
+                st.allocated_bytes,
+                st.reserved_bytes,
+                st.segments,
+                st.active_blocks
+            ),
+            (0, 0, 0, 0)
+        );
+        a.check();
+        // Zero bytes, double and foreign frees: no device call.
+        let calls = fake.calls();
+        let z = a.allocate(0, s).unwrap();
+        assert_eq!(z.ptr, DevicePtr::NULL);
+        a.free(z);
+        a.free(Allocation {
+            ptr: x_ptr,
+            size: 100,
+        });
+        assert_eq!(fake.calls(), calls);
+        a.check();
+    }
+
+    #[test]
+    fn no_caching_frees_wait_for_a_successful_synchronisation() {
+        let (a, fake) = setup_no_caching(usize::MAX);
+        let s = stream(1);
+        let x = a.allocate(4 * KIB, s).unwrap();
+        let y = a.allocate(8 * KIB, s).unwrap();
+        fake.st().fail_sync = true;
+        a.free(x);
+        // Not freed: queued work might still use it. Still reserved, no longer allocated.
+        assert_eq!(fake.segment_sizes(), vec![4 * KIB, 8 * KIB]);
+        let st = a.stats();
+        assert_eq!((st.allocated_bytes, st.reserved_bytes), (8 * KIB, 12 * KIB));
+        assert_eq!((st.active_blocks, st.segments, st.device_frees), (1, 2, 0));
+        a.check();
+        assert!(a.empty_cache().is_err());
+        assert_eq!(fake.segment_sizes(), vec![4 * KIB, 8 * KIB]);
+        fake.st().fail_sync = false;
+        // The next free that synchronises releases both.
+        a.free(y);
+        assert!(fake.st().live.is_empty());
+        let st = a.stats();
+        assert_eq!((st.reserved_bytes, st.segments, st.device_frees), (0, 0, 2));
+        a.check();
+        // ... and so does empty_cache.
+        let z = a.allocate(KIB, s).unwrap();
+        fake.st().fail_sync = true;
+        a.free(z);
+        fake.st().fail_sync = false;
+        assert_eq!(fake.segment_sizes(), vec![KIB]);
+        a.empty_cache().unwrap();
+        assert!(fake.st().live.is_empty());
+        assert_eq!(a.stats().device_frees, 3);
+        a.check();
+    }
+
+    #[test]
+    fn no_caching_out_of_memory_is_reported_with_the_numbers() {
+        let (a, fake) = setup_no_caching(MIB);
+        let s = stream(1);
+        let x = a.allocate(MIB / 2, s).unwrap();
+        let err = a.allocate(MIB, s).unwrap_err();
+        match err {
+            Error::OutOfMemory {
+                requested,
+                reserved,
+                allocated,
+                ..
+            } => assert_eq!((requested, reserved, allocated), (MIB, MIB / 2, MIB / 2)),
+            e => panic!("{e:?}"),
+        }
+        let f = fake.st();
+        // No cache to release, so no retry; the failure is cleared from the last error.
+        assert_eq!((f.malloc_calls, f.syncs, f.last_error_clears), (2, 0, 1));
+        drop(f);
+        assert_eq!(a.stats().oom_retries, 0);
+        a.free(x);
+        a.check();
+    }
+
+    #[test]
+    fn drop_in_no_caching_mode_frees_deferred_memory() {
+        let (a, fake) = setup_no_caching(usize::MAX);
+        let x = a.allocate(KIB, stream(1)).unwrap();
+        fake.st().fail_sync = true;
+        a.free(x);
+        fake.st().fail_sync = false;
+        drop(a);
+        assert!(fake.st().live.is_empty());
     }
 }

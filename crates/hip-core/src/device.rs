@@ -10,6 +10,7 @@ use crate::alloc::{AllocatorStats, CachingAllocator, DriverBackend};
 use crate::driver::{driver, DeviceProperties, Driver, Platform};
 use crate::error::{Error, Result, ResultExt};
 use crate::module::Module;
+use crate::staging::StagingRing;
 use crate::stream::Stream;
 
 thread_local! {
@@ -33,7 +34,8 @@ pub fn current_device() -> usize {
 
 /// A GPU. Cheap to copy; one per ordinal per process, alive for the whole process.
 ///
-/// A device owns its caching allocator and a default (non-blocking) stream.
+/// A device owns its caching allocator, a default (non-blocking) stream and the ring of pinned
+/// host memory that small uploads go through ([`Stream::alloc_from_host_async`]).
 #[derive(Clone, Copy)]
 pub struct Device {
     inner: &'static DeviceInner,
@@ -44,6 +46,7 @@ pub(crate) struct DeviceInner {
     properties: DeviceProperties,
     driver: &'static dyn Driver,
     allocator: CachingAllocator,
+    staging: StagingRing,
     default_stream: OnceLock<Stream>,
 }
 
@@ -79,6 +82,7 @@ impl Device {
             properties,
             driver,
             allocator: CachingAllocator::new(ordinal, Box::new(DriverBackend { driver, ordinal })),
+            staging: StagingRing::new(driver, ordinal),
             default_stream: OnceLock::new(),
         }));
         let device = Device { inner };
@@ -191,6 +195,11 @@ impl Device {
 
     pub(crate) fn driver(&self) -> &'static dyn Driver {
         self.inner.driver
+    }
+
+    /// The ring of pinned memory behind [`Stream::alloc_from_host_async`].
+    pub(crate) fn staging(&self) -> &StagingRing {
+        &self.inner.staging
     }
 }
 

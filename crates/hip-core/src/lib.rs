@@ -50,6 +50,7 @@
 //! ```
 
 pub mod alloc;
+mod blocking;
 pub mod device;
 pub mod driver;
 pub mod error;
@@ -60,10 +61,12 @@ pub mod memory;
 pub mod module;
 pub mod raw;
 pub mod rtc;
+mod staging;
 pub mod stream;
 pub mod sys;
 
 pub use alloc::AllocatorStats;
+pub use blocking::sync_count;
 pub use device::{current_device, device_count, set_current_device, Device};
 pub use driver::{platform, DeviceProperties, DevicePtr, FunctionAttributes, Platform};
 pub use error::{Error, Result, ResultExt};

@@ -644,7 +644,10 @@ impl<H: Send + 'static> Drop for PendingCopy<H> {
 impl Stream {
     /// Queues a copy of `src` into `dst` (same length) on this stream, after the work already
     /// queued on `dst`'s own stream. `src` is owned by the returned [`PendingCopy`] until the copy
-    /// has finished. With [`PinnedHostBuffer`] memory the copy overlaps with host work.
+    /// has finished. With [`PinnedHostBuffer`] memory the copy overlaps with host work; from
+    /// pageable memory (`Vec`, `Box<[T]>`, `Arc<[T]>`) the runtime may perform it synchronously
+    /// with respect to the host (not counted by [`crate::sync_count`]). Small uploads that must
+    /// not wait: [`Stream::alloc_from_host_async`].
     pub fn copy_to_device_async<T: DeviceRepr, H: HostSource<T>>(
         &self,
         src: H,
@@ -678,6 +681,8 @@ impl Stream {
 
     /// Queues a copy of `src` into `dst` (same length) on this stream, after the work already
     /// queued on `src`'s stream. `dst` comes back from [`PendingCopy::wait`] holding the data.
+    /// Into pageable memory (`Vec`, `Box<[T]>`) the runtime may perform the copy synchronously
+    /// with respect to the host; use a [`PinnedHostBuffer`] to overlap it with host work.
     pub fn copy_to_host_async<T: DeviceRepr, H: HostSink<T>>(
         &self,
         src: &DeviceSlice<'_, T>,

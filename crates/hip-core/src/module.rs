@@ -30,13 +30,22 @@ impl Module {
             ));
         }
         device.make_current()?;
-        let raw = device.driver().module_load_data(image).context(|| {
-            format!(
-                "loading a {}-byte module on device {}",
-                image.len(),
-                device.ordinal()
-            )
-        })?;
+        let driver = device.driver();
+        let raw = driver
+            .module_load_data(image)
+            .inspect_err(|_| {
+                // The failure is reported as this Err, and callers recover from it (rocm-kernels
+                // falls back from an ahead-of-time code object to JIT compilation): HIP 7 must
+                // not keep reporting it to whoever reads the thread's last error next.
+                driver.clear_last_error();
+            })
+            .context(|| {
+                format!(
+                    "loading a {}-byte module on device {}",
+                    image.len(),
+                    device.ordinal()
+                )
+            })?;
         Ok(Module {
             inner: Arc::new(ModuleInner { device, raw }),
         })

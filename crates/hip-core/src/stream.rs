@@ -132,11 +132,57 @@ impl Stream {
         Ok(b)
     }
 
-    /// Allocates a buffer on this stream holding a copy of `data` (returns once copied).
+    /// Allocates a buffer on this stream holding a copy of `data`. Returns once the copy is
+    /// done (it waits for the stream), so any stream may use the buffer at once. For small
+    /// data used on this stream, [`Stream::alloc_from_host_async`] does not wait.
     pub fn alloc_from_host<T: DeviceRepr>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         let mut b = DeviceBuffer::new(self, data.len())?;
         b.copy_from_host(data)?;
         Ok(b)
+    }
+
+    /// The largest upload (in bytes) that [`Stream::alloc_from_host_async`] stages without
+    /// waiting; larger ones take the synchronous path of [`Stream::alloc_from_host`].
+    pub const MAX_ASYNC_UPLOAD_BYTES: usize = crate::staging::MAX_STAGED_BYTES;
+
+    /// Allocates a buffer on this stream and queues the copy of `data` into it, without waiting
+    /// for the device: for small host data that kernels on this stream read next (layout info,
+    /// index lists, scalars).
+    ///
+    /// `data` is copied into pinned host memory before the call returns, so the caller may reuse
+    /// or drop it at once; the copy to the device runs in this stream's order. So:
+    /// * work queued on this stream after the call sees the data;
+    /// * work on another stream must first wait for this one ([`Stream::wait_for`]; copies
+    ///   between buffers do that themselves), as for any other stream-ordered write.
+    ///
+    /// The pinned memory is a per-device ring of slots: a slot is reused once the event recorded
+    /// after its copy has completed (checked with a query, never a wait), and when every slot is
+    /// still busy the ring grows by another chunk instead of waiting. Above
+    /// [`Stream::MAX_ASYNC_UPLOAD_BYTES`] (64 KiB) this is [`Stream::alloc_from_host`], which
+    /// waits for the stream.
+    pub fn alloc_from_host_async<T: DeviceRepr>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let bytes = std::mem::size_of_val(data);
+        if bytes > Self::MAX_ASYNC_UPLOAD_BYTES {
+            return self.alloc_from_host(data);
+        }
+        let buf = DeviceBuffer::new(self, data.len())?;
+        if bytes == 0 {
+            return Ok(buf);
+        }
+        let device = self.device();
+        device.make_current()?;
+        // SAFETY: `data` is a live host slice of `bytes` bytes, read only during the call (it is
+        // copied into the ring's pinned memory). The destination is the whole of `buf`, a block
+        // of this device's caching allocator allocated on this stream: it stays allocated in
+        // this stream's order until after the copy, even if `buf` is dropped at once. The stream
+        // is alive while `self` is, belongs to the ring's device, which was made current above,
+        // and 0 < bytes <= MAX_STAGED_BYTES.
+        unsafe {
+            device
+                .staging()
+                .upload(buf.device_ptr(), data.as_ptr().cast(), bytes, self.raw())
+        }?;
+        Ok(buf)
     }
 }
 

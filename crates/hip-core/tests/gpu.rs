@@ -629,3 +629,86 @@ fn half_precision_types_and_warp_intrinsics_are_portable() {
         );
     }
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn small_uploads_never_wait_and_are_not_overwritten_while_queued() {
+    // `sync_count` is process-wide: no other test may run meanwhile.
+    let _lock = exclusive();
+    let d = device();
+    let m = kernels(&d);
+    let slow = m.function("slow_add_one").unwrap();
+    let stream = d.create_stream().unwrap();
+    // Mostly layout-sized uploads (4 B to 2.8 KiB), and a few at the 64 KiB limit.
+    let sizes: Vec<usize> = (0..4000)
+        .map(|i| match i % 500 {
+            7 => Stream::MAX_ASYNC_UPLOAD_BYTES / 4,
+            _ => 1 + (i * 37) % 700,
+        })
+        .collect();
+    let total: usize = sizes.iter().sum();
+    let mut out = stream.alloc::<u32>(total).unwrap();
+    let n = 1usize << 10;
+    let src = stream.alloc_zeroed::<u32>(n).unwrap();
+    let mut busy_out = stream.alloc::<u32>(n).unwrap();
+    drop(stream.alloc_from_host_async(&[1u32]).unwrap());
+
+    let before = hip_core::sync_count();
+    // Keep the device busy (a few hundred ms) so that the copies below stay queued while the
+    // host stages more: their slots cannot be reused, the ring has to grow.
+    // SAFETY: slow_add_one takes (const unsigned*, unsigned*, unsigned long long, long long)
+    // and touches in/out[0..n).
+    unsafe {
+        slow.builder(&stream, LaunchConfig::for_elements(n, 256))
+            .arg(&src)
+            .arg(&mut busy_out)
+            .arg(n as u64)
+            .arg(1_000_000_000i64)
+            .launch()
+            .unwrap();
+    }
+    let mut offset = 0;
+    for (i, &len) in sizes.iter().enumerate() {
+        let data = pattern_u32(len, i as u64);
+        let up = stream.alloc_from_host_async(&data).unwrap();
+        out.slice_mut(offset..offset + len)
+            .unwrap()
+            .copy_from_device(&up.as_slice())
+            .unwrap();
+        offset += len;
+        // `data` is freed and `up` goes back to the allocator (in stream order) right here.
+    }
+    let after = hip_core::sync_count();
+    let device_was_busy = !stream.query().unwrap();
+    assert_eq!(after, before, "staging {} uploads waited", sizes.len());
+
+    let host = out.to_host_vec().unwrap();
+    let mut offset = 0;
+    for (i, &len) in sizes.iter().enumerate() {
+        assert!(
+            host[offset..offset + len] == pattern_u32(len, i as u64)[..],
+            "upload {i} ({len} elements at {offset}) was overwritten or lost"
+        );
+        offset += len;
+    }
+    assert!(busy_out.to_host_vec().unwrap().iter().all(|&v| v == 1));
+    println!(
+        "{} uploads ({} KiB) staged without a wait; device still busy afterwards: {device_was_busy}",
+        sizes.len(),
+        total * 4 / 1024
+    );
+
+    // The counter counts explicit waits and the synchronous fallback above 64 KiB.
+    let before = hip_core::sync_count();
+    stream.synchronize().unwrap();
+    assert_eq!(hip_core::sync_count(), before + 1);
+    let big = pattern_u32(Stream::MAX_ASYNC_UPLOAD_BYTES / 4 + 1, 99);
+    let up = stream.alloc_from_host_async(&big).unwrap();
+    assert_eq!(
+        hip_core::sync_count(),
+        before + 2,
+        "the fallback waits once"
+    );
+    assert_eq!(up.to_host_vec().unwrap(), big);
+    assert!(stream.alloc_from_host_async::<u32>(&[]).unwrap().is_empty());
+}

@@ -8,6 +8,8 @@
 //!   the loop is `cudnnConvolutionForward` alone.
 //! * `direct` on `amd`: MIOpen's own handle and descriptors, its own find step (MIOpen registers
 //!   the found kernels with the handle that ran the find), then `miopenConvolutionForward` alone.
+//!   The safe handle uses MIOpen's immediate mode unless `MIOPEN_SAFE_SEARCH=find`: set it to
+//!   compare the same algorithm choice.
 //!
 //! Both sides queue `iters` convolutions and synchronize once (criterion's `iter_custom`), so
 //! the numbers are the device time per convolution plus whatever host overhead the GPU cannot
@@ -445,7 +447,7 @@ fn bench_dtype<T: BenchElem>(
         .unwrap();
     let mut yb = stream.alloc::<T>(ys.elem_count()).unwrap();
     let yb2 = stream.alloc::<T>(ys.elem_count()).unwrap();
-    // The find step runs here, outside the measurements.
+    // The algorithm search runs here, outside the measurements.
     handle
         .conv_forward(
             &xs,

@@ -7,47 +7,121 @@ use std::sync::OnceLock;
 use hip_core::{DeviceBuffer, DeviceSlice, DeviceSliceMut, Platform, Stream};
 use parking_lot::Mutex;
 
+use crate::backend::amd::{AmdHandle, MAX_SOLUTIONS};
 use crate::backend::{describe, ConvPtrs, Direction, RawHandle, Workspace};
 use crate::error::{Error, Result};
 use crate::shape::{conv_plan, pool_plan, ConvParams, ConvProblem, Layout, TensorShape};
 use crate::types::{ConvElement, DataType, PoolMode};
 
-/// The algorithm the find step chose for one convolution problem.
+/// The algorithm the library chose for one convolution problem.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConvAlgorithm {
-    /// The library's algorithm id: `miopenConvFwdAlgorithm_t` / `miopenConvBwdDataAlgorithm_t`,
-    /// or `cudnnConvolutionFwdAlgo_t` / `cudnnConvolutionBwdDataAlgo_t` on `nvidia`.
+    /// The library's algorithm id: `miopenConvFwdAlgorithm_t` / `miopenConvBwdDataAlgorithm_t`
+    /// (find step) or `miopenConvAlgorithm_t` (immediate mode), or `cudnnConvolutionFwdAlgo_t` /
+    /// `cudnnConvolutionBwdDataAlgo_t` on `nvidia`.
     pub id: i32,
     /// The algorithm's name, e.g. `ImplicitGEMM` or `IMPLICIT_PRECOMP_GEMM`.
     pub name: &'static str,
     /// Workspace bytes it runs with.
     pub workspace_bytes: usize,
-    /// The time the find step measured or estimated, in milliseconds.
+    /// The time the find step measured, or immediate mode's estimate (from MIOpen's find-db or
+    /// heuristics), in milliseconds.
     pub time_ms: f32,
     /// cuDNN's `cudnnMathType_t` chosen with the algorithm (set on the descriptor when it
     /// runs); 0 on MIOpen.
     pub math_type: i32,
+    /// MIOpen's immediate-mode solution (`miopenConvSolution_t::solution_id`), run with
+    /// `miopenConvolution{Forward,BackwardData}Immediate`; `None` for an algorithm chosen by a
+    /// find step, which runs by `id`.
+    pub solution_id: Option<u64>,
 }
 
-/// Found algorithms of one problem at one operand alignment: `[forward, backward-data]`.
-type Found = [Option<ConvAlgorithm>; 2];
-
-/// The alignment of the three operands' addresses (log2 of bytes, at most 8 = 256 bytes): an
-/// algorithm found for aligned buffers may need that alignment (vector loads), so a view at
-/// an odd offset gets its own find.
-type Alignment = [u32; 3];
-
-fn alignment(ptrs: &ConvPtrs) -> Alignment {
-    [ptrs.x, ptrs.w, ptrs.y].map(|p| (p as usize).trailing_zeros().min(8))
+/// How a [`Handle`] chooses the algorithm of a convolution problem it has not seen yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AlgorithmSearch {
+    /// The library's find step, which runs (benchmarks) candidate algorithms on the call's
+    /// buffers: `cudnnFind*AlgorithmEx` on `nvidia` (always), `miopenFindConvolution*Algorithm`
+    /// on `amd` with `MIOPEN_SAFE_SEARCH=find`.
+    Find,
+    /// MIOpen's immediate mode (the default on `amd`): the best solution from MIOpen's find-db
+    /// or, for a problem it has no record of, its heuristics, compiled once; nothing is
+    /// benchmarked.
+    Immediate,
 }
+
+impl AlgorithmSearch {
+    /// A `MIOPEN_SAFE_SEARCH` value: `immediate` or `find` (case and surrounding blanks
+    /// ignored); `None` for anything else.
+    fn parse(value: &str) -> Option<AlgorithmSearch> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "immediate" => Some(AlgorithmSearch::Immediate),
+            "find" => Some(AlgorithmSearch::Find),
+            _ => None,
+        }
+    }
+}
+
+/// The search MIOpen handles use: `$MIOPEN_SAFE_SEARCH` (`immediate`, the default, or `find`;
+/// another value means the default), read once per process.
+fn miopen_search() -> AlgorithmSearch {
+    static SEARCH: OnceLock<AlgorithmSearch> = OnceLock::new();
+    *SEARCH.get_or_init(|| {
+        std::env::var("MIOPEN_SAFE_SEARCH")
+            .ok()
+            .and_then(|v| AlgorithmSearch::parse(&v))
+            .unwrap_or(AlgorithmSearch::Immediate)
+    })
+}
+
+/// Counters of a handle's algorithm cache (since the handle was created; clearing the cache
+/// does not reset them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AlgorithmStats {
+    /// Library searches started: find steps, or on MIOpen's immediate mode solution queries
+    /// (each followed by the compilation of the chosen solution). Failed ones count too.
+    pub searches: u64,
+    /// Convolutions answered from the cache (no library search): an algorithm, or a
+    /// remembered rejection.
+    pub cache_hits: u64,
+    /// Algorithms cached now, one per (problem, direction).
+    pub cached: usize,
+    /// Problems (and directions) cached as rejected now: MIOpen's immediate mode had no usable
+    /// solution for them, so later calls fail at once with the same error.
+    pub rejected: usize,
+}
+
+/// What the search answered for one problem and direction.
+#[derive(Clone, Debug)]
+enum Choice {
+    /// The algorithm to run.
+    Chosen(ConvAlgorithm),
+    /// A definitive refusal (see [`AlgorithmStats::rejected`]), returned again without asking
+    /// the library.
+    Rejected(Error),
+}
+
+/// Cached answers for one problem: `[forward, backward-data]`.
+type Found = [Option<Choice>; 2];
+
+/// How many immediate-mode solutions are compiled, at most, before giving up on a problem
+/// (solutions whose workspace is over the limit or cannot be allocated are skipped without
+/// compiling).
+const MAX_COMPILES: usize = 4;
 
 struct Inner {
     raw: RawHandle,
-    /// The algorithm cache: per problem (dtype, every dim and stride, padding, stride, dilation,
-    /// groups), per operand alignment, per direction. Kept per handle: MIOpen registers the
-    /// kernels a find step compiled with the handle that ran it, so another handle must run its
-    /// own find.
-    algorithms: HashMap<ConvProblem, HashMap<Alignment, Found>>,
+    /// The algorithm cache: per problem (dtype, every dim and stride of the three tensors,
+    /// padding, stride, dilation, groups) and direction. Operand addresses are not part of the
+    /// key: both libraries choose among algorithms for a problem, whatever buffers (aligned to
+    /// their element type) it later runs on (see docs/miopen.md). Kept per handle: MIOpen
+    /// registers the kernels a find step compiled with the handle that ran it, so another
+    /// handle must run its own search.
+    algorithms: HashMap<ConvProblem, Found>,
+    /// Library searches started (see [`AlgorithmStats::searches`]).
+    searches: u64,
+    /// Cache hits (see [`AlgorithmStats::cache_hits`]).
+    cache_hits: u64,
 }
 
 /// A MIOpen handle (a cuDNN handle on the `nvidia` platform) bound to one hip-core [`Stream`].
@@ -57,12 +131,14 @@ struct Inner {
 /// ordered for whoever uses the buffers next. `Send + Sync`: the library handle sits behind a
 /// mutex (calls on one `Handle` are serialized; use one handle per stream for concurrency).
 ///
-/// Convolutions run the library's find step (non-exhaustive) the first time a problem is seen
-/// and cache the chosen algorithm in the handle; workspaces (for find and for runs) come from
-/// hip-core's caching allocator on the handle's stream. See `docs/miopen.md`.
+/// The first time a convolution problem is seen, the library chooses its algorithm (MIOpen's
+/// immediate mode, or a find step: see [`AlgorithmSearch`]), which the handle caches: at most
+/// one search per (problem, dtype, direction). Workspaces come from hip-core's caching
+/// allocator on the handle's stream. See `docs/miopen.md`.
 pub struct Handle {
     inner: Mutex<Inner>,
     stream: Stream,
+    search: AlgorithmSearch,
 }
 
 impl std::fmt::Debug for Handle {
@@ -70,7 +146,8 @@ impl std::fmt::Debug for Handle {
         f.debug_struct("Handle")
             .field("platform", &self.platform())
             .field("stream", &self.stream)
-            .field("cached_algorithms", &self.cached_algorithms())
+            .field("search", &self.search)
+            .field("algorithms", &self.algorithm_stats())
             .finish()
     }
 }
@@ -94,13 +171,26 @@ impl Handle {
     /// loaded.
     pub fn new(stream: &Stream) -> Result<Handle> {
         let raw = RawHandle::new(stream)?;
+        let search = match raw.immediate() {
+            Some(_) => miopen_search(),
+            None => AlgorithmSearch::Find,
+        };
         Ok(Handle {
             inner: Mutex::new(Inner {
                 raw,
                 algorithms: HashMap::new(),
+                searches: 0,
+                cache_hits: 0,
             }),
             stream: stream.clone(),
+            search,
         })
+    }
+
+    /// How this handle chooses algorithms: [`AlgorithmSearch::Immediate`] on MIOpen unless
+    /// `MIOPEN_SAFE_SEARCH=find`, [`AlgorithmSearch::Find`] on cuDNN.
+    pub fn algorithm_search(&self) -> AlgorithmSearch {
+        self.search
     }
 
     /// The stream every call is queued on.
@@ -120,24 +210,38 @@ impl Handle {
         self.inner.lock().raw.as_raw()
     }
 
-    /// How many (problem, operand alignment, direction) algorithms the cache holds.
+    /// How many (problem, direction) algorithms the cache holds.
     pub fn cached_algorithms(&self) -> usize {
-        self.inner
-            .lock()
-            .algorithms
-            .values()
-            .flat_map(HashMap::values)
-            .map(|f| f.iter().flatten().count())
-            .sum()
+        self.algorithm_stats().cached
     }
 
-    /// Forgets every cached algorithm: the next call of each problem runs the find step again.
+    /// How many library searches (find steps, or MIOpen immediate-mode solution queries) this
+    /// handle has started: [`AlgorithmStats::searches`].
+    pub fn find_calls(&self) -> u64 {
+        self.inner.lock().searches
+    }
+
+    /// The algorithm cache's counters.
+    pub fn algorithm_stats(&self) -> AlgorithmStats {
+        let inner = self.inner.lock();
+        let answers = || inner.algorithms.values().flat_map(|f| f.iter().flatten());
+        AlgorithmStats {
+            searches: inner.searches,
+            cache_hits: inner.cache_hits,
+            cached: answers().filter(|c| matches!(c, Choice::Chosen(_))).count(),
+            rejected: answers()
+                .filter(|c| matches!(c, Choice::Rejected(_)))
+                .count(),
+        }
+    }
+
+    /// Forgets every cached algorithm and rejection: the next call of each problem searches
+    /// again (the counters are kept).
     pub fn clear_algorithm_cache(&self) {
         self.inner.lock().algorithms.clear();
     }
 
-    /// The algorithm cached for a forward convolution of these shapes, if one was found (for
-    /// the best-aligned operands it was found with).
+    /// The algorithm cached for a forward convolution of these shapes, if one was chosen.
     pub fn conv_forward_algorithm<T: ConvElement>(
         &self,
         x: &TensorShape,
@@ -175,19 +279,12 @@ impl Handle {
         Ok(self.cached(Direction::BackwardData, &plan.problem))
     }
 
-    /// The algorithm found for `p` at the best-aligned operands seen.
+    /// The algorithm cached for `p` in direction `dir`.
     fn cached(&self, dir: Direction, p: &ConvProblem) -> Option<ConvAlgorithm> {
-        let inner = self.inner.lock();
-        let by_alignment = inner.algorithms.get(p)?;
-        by_alignment
-            .iter()
-            .filter_map(|(a, f)| {
-                f[dir.index()]
-                    .clone()
-                    .map(|algo| (a.iter().sum::<u32>(), algo))
-            })
-            .max_by_key(|(a, _)| *a)
-            .map(|(_, algo)| algo)
+        match self.inner.lock().algorithms.get(p)?[dir.index()].as_ref()? {
+            Choice::Chosen(a) => Some(a.clone()),
+            Choice::Rejected(_) => None,
+        }
     }
 
     /// `y = conv(x, w)`: x `(N, C_in, spatial..)`, w `(C_out, C_in / groups, k..)`, y
@@ -368,7 +465,7 @@ impl Handle {
         Ok(())
     }
 
-    /// Finds (once per problem and direction) and runs a convolution.
+    /// Chooses (once per problem and direction) and runs a convolution.
     fn conv(
         &self,
         op: &'static str,
@@ -378,24 +475,27 @@ impl Handle {
     ) -> Result<ConvAlgorithm> {
         self.stream.device().make_current()?;
         let mut inner = self.inner.lock();
-        let align = alignment(&ptrs);
-        let cached = inner
-            .algorithms
-            .get(p)
-            .and_then(|m| m.get(&align))
-            .and_then(|f| f[dir.index()].clone());
-        let algo = match cached {
-            Some(a) => a,
-            None => {
-                let a = self.find(&inner.raw, dir, p, ptrs)?;
-                inner
-                    .algorithms
-                    .entry(p.clone())
-                    .or_default()
-                    .entry(align)
-                    .or_default()[dir.index()] = Some(a.clone());
-                a
+        let cached = inner.algorithms.get(p).and_then(|f| f[dir.index()].clone());
+        let choice = match cached {
+            Some(c) => {
+                inner.cache_hits += 1;
+                c
             }
+            None => {
+                inner.searches += 1;
+                // An error of the search itself (`?`) is not remembered: it may not recur (an
+                // out-of-memory, cuDNN's find step failing under load).
+                let c = match (self.search, inner.raw.immediate()) {
+                    (AlgorithmSearch::Immediate, Some(h)) => self.immediate(h, dir, p)?,
+                    _ => Choice::Chosen(self.find(&inner.raw, dir, p, ptrs)?),
+                };
+                inner.algorithms.entry(p.clone()).or_default()[dir.index()] = Some(c.clone());
+                c
+            }
+        };
+        let algo = match choice {
+            Choice::Chosen(a) => a,
+            Choice::Rejected(e) => return Err(e),
         };
         let ws = self.workspace(algo.workspace_bytes)?;
         let workspace = Workspace {
@@ -405,7 +505,7 @@ impl Handle {
         // SAFETY: the device is current; the operands were checked to hold every element `p`
         // reaches, on this device, and are recorded as used by the handle's stream; the
         // workspace is a live allocation of the algorithm's size on that stream (freed in stream
-        // order after the call); `algo` was found on this handle for `p`.
+        // order after the call); `algo` was chosen (found, or compiled) on this handle for `p`.
         unsafe { inner.raw.conv_run(dir, p, &algo, ptrs, workspace) }
             .map_err(|e| e.context(format!("{op}: running {}", describe(dir, p))))?;
         Ok(algo)
@@ -436,6 +536,84 @@ impl Handle {
         unsafe { raw.conv_find(dir, p, ptrs, workspace) }
     }
 
+    /// MIOpen's immediate mode: the first of MIOpen's solutions for `p` (best first) whose
+    /// workspace is within [`workspace_limit`], can be allocated now, and compiles; or, when
+    /// MIOpen offers none, or none within the limit that compiles, a rejection
+    /// ([`Error::Unsupported`]) to remember. A solution skipped because its workspace could not
+    /// be allocated makes the failure an error instead (not remembered: memory may be free
+    /// next time). The caller made the device current.
+    fn immediate(&self, h: &AmdHandle, dir: Direction, p: &ConvProblem) -> Result<Choice> {
+        // SAFETY: the caller made the device current.
+        let solutions = match unsafe { h.conv_solutions(dir, p) } {
+            Ok(solutions) => solutions,
+            // MIOpen refuses the problem itself: it will again.
+            Err(e) if refuses(&e) => return Ok(Choice::Rejected(e)),
+            Err(e) => return Err(e),
+        };
+        let limit = workspace_limit();
+        let mut skipped = Vec::new();
+        let mut compiled = 0;
+        let mut out_of_memory = false;
+        for s in &solutions {
+            let Some(id) = s.solution_id else {
+                continue;
+            };
+            let what = format!("{} (solution {id})", s.name);
+            if s.workspace_bytes > limit {
+                skipped.push(format!(
+                    "{what} needs {} workspace bytes, over the limit of {limit}",
+                    s.workspace_bytes
+                ));
+                continue;
+            }
+            // Allocated and returned at once: the caching allocator keeps it for the run.
+            match self.workspace(s.workspace_bytes) {
+                Ok(_) => {}
+                Err(Error::Hip(hip_core::Error::OutOfMemory { .. })) => {
+                    out_of_memory = true;
+                    skipped.push(format!(
+                        "{what}: its {} workspace bytes cannot be allocated",
+                        s.workspace_bytes
+                    ));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            if compiled == MAX_COMPILES {
+                skipped.push(format!(
+                    "{what}: not tried ({MAX_COMPILES} failed to compile)"
+                ));
+                break;
+            }
+            compiled += 1;
+            // SAFETY: the caller made the device current.
+            match unsafe { h.conv_compile(dir, p, id) } {
+                Ok(()) => return Ok(Choice::Chosen(s.clone())),
+                Err(e @ Error::Api { .. }) => skipped.push(format!("{what}: {e}")),
+                Err(e) => return Err(e),
+            }
+        }
+        let reason = if solutions.is_empty() {
+            format!("it offers no solution for {}", describe(dir, p))
+        } else {
+            format!(
+                "none of its {} solutions (at most {MAX_SOLUTIONS} asked for) of {} is usable: {}",
+                solutions.len(),
+                describe(dir, p),
+                skipped.join("; ")
+            )
+        };
+        let e = Error::Unsupported {
+            op: "MIOpen's immediate mode",
+            dtype: p.dtype,
+            reason,
+        };
+        if out_of_memory {
+            return Err(e);
+        }
+        Ok(Choice::Rejected(e))
+    }
+
     /// A workspace of `bytes` on the handle's stream (caching allocator; no memory for 0).
     fn workspace(&self, bytes: usize) -> Result<DeviceBuffer<u8>> {
         Ok(self.stream.alloc::<u8>(bytes)?)
@@ -448,6 +626,15 @@ impl Drop for Handle {
         // library handle is destroyed (when `inner` drops, right after this).
         let _ = self.stream.synchronize();
     }
+}
+
+/// Whether a MIOpen status says the problem is not supported (rather than that something
+/// failed): `miopenStatusBadParm`, `miopenStatusNotImplemented`, `miopenStatusUnsupportedOp`.
+fn refuses(e: &Error) -> bool {
+    matches!(
+        e.status_name(),
+        Some("miopenStatusBadParm" | "miopenStatusNotImplemented" | "miopenStatusUnsupportedOp")
+    )
 }
 
 /// Writes zeros over a contiguous output whose reduction is empty.
@@ -472,4 +659,54 @@ fn zero_fill<T: ConvElement>(
     // All-zero bytes are +0.0 in every supported float type.
     out.slice_mut(0..layout.elems)?.memset_async(0)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_mode_parses_miopen_safe_search() {
+        assert_eq!(
+            AlgorithmSearch::parse("immediate"),
+            Some(AlgorithmSearch::Immediate)
+        );
+        assert_eq!(
+            AlgorithmSearch::parse(" Find\n"),
+            Some(AlgorithmSearch::Find)
+        );
+        assert_eq!(AlgorithmSearch::parse("exhaustive"), None);
+        assert_eq!(AlgorithmSearch::parse(""), None);
+    }
+
+    #[test]
+    fn only_refusal_statuses_are_remembered_as_rejections() {
+        let api = |name: &str| Error::Api {
+            library: "MIOpen",
+            call: "miopenConvolutionForwardGetSolution",
+            code: 3,
+            name: name.to_string(),
+            message: String::new(),
+            context: None,
+        };
+        assert!(refuses(&api("miopenStatusBadParm")));
+        assert!(refuses(&api("miopenStatusNotImplemented")));
+        assert!(refuses(&api("miopenStatusUnsupportedOp")));
+        assert!(!refuses(&api("miopenStatusAllocFailed")));
+        assert!(!refuses(&api("miopenStatusUnknownError")));
+        assert!(!refuses(&Error::invalid("op", "bad")));
+    }
+
+    #[test]
+    fn stats_start_at_zero() {
+        assert_eq!(
+            AlgorithmStats::default(),
+            AlgorithmStats {
+                searches: 0,
+                cache_hits: 0,
+                cached: 0,
+                rejected: 0
+            }
+        );
+    }
 }

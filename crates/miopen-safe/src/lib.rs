@@ -9,8 +9,10 @@
 //!   to 3 spatial dims with padding, stride, dilation and groups, on f32, f16 and bf16;
 //! * pooling forward ([`Handle::pooling_forward`]): max, average (padding excluded or included),
 //!   on f32 and f16;
-//! * MIOpen's find step (non-exhaustive) on first use of a problem, with the chosen algorithm
-//!   cached in the handle, and workspaces from hip-core's caching allocator;
+//! * on first use of a problem, one algorithm search (MIOpen's immediate mode by default, or
+//!   its find step; cuDNN's find step), with the chosen algorithm cached in the handle per
+//!   problem and direction ([`Handle::algorithm_stats`] counts the searches), and workspaces
+//!   from hip-core's caching allocator;
 //! * the output-size formulas in Rust ([`conv_forward_output_dims`],
 //!   [`pool_forward_output_dims`]) and the library's own answer
 //!   ([`library_conv_forward_output_dims`]), which needs no GPU.
@@ -60,7 +62,7 @@ pub mod sys;
 mod types;
 
 pub use error::{Error, Result};
-pub use handle::{workspace_limit, ConvAlgorithm, Handle};
+pub use handle::{workspace_limit, AlgorithmSearch, AlgorithmStats, ConvAlgorithm, Handle};
 pub use shape::{
     contiguous_strides, conv_forward_output_dims, pool_forward_output_dims, ConvParams, TensorShape,
 };

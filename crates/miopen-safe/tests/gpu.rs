@@ -17,8 +17,8 @@ use half::{bf16, f16};
 use hip_core::{Device, DeviceBuffer, Stream};
 use miopen_safe::{
     conv_forward_output_dims, library_conv_forward_output_dims, library_pool_forward_output_dims,
-    pool_forward_output_dims, ConvElement, ConvParams, DataType, Error, Handle, PoolMode,
-    TensorShape,
+    pool_forward_output_dims, AlgorithmSearch, ConvElement, ConvParams, DataType, Error, Handle,
+    PoolMode, TensorShape,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1175,6 +1175,7 @@ fn bad_arguments_fail_before_any_call_and_leave_the_handle_usable() {
         0,
         "nothing may reach the library"
     );
+    assert_eq!(handle.find_calls(), 0, "nothing may reach the library");
     let host = yb.to_host_vec().unwrap();
     assert!(
         host.iter().all(|v| v.is_nan()),
@@ -1209,6 +1210,7 @@ fn algorithm_cache_is_per_problem_and_direction() {
         1,
         "the same problem found twice"
     );
+    assert_eq!(handle.find_calls(), 1, "the same problem searched twice");
     run_conv_forward::<f16>(&stream, &handle, c, 902);
     assert_eq!(
         handle.cached_algorithms(),
@@ -1235,10 +1237,196 @@ fn algorithm_cache_is_per_problem_and_direction() {
         .expect("cached");
     println!("{a:?}");
     assert_ne!(a.name, "unknown");
+    assert_eq!(handle.find_calls(), 4);
     handle.clear_algorithm_cache();
     assert_eq!(handle.cached_algorithms(), 0);
     run_conv_forward::<f32>(&stream, &handle, c, 905);
     assert_eq!(handle.cached_algorithms(), 1);
+    assert_eq!(handle.find_calls(), 5, "a cleared cache searches again");
+}
+
+/// Places `v` `offset` elements into a buffer whose first `offset` elements are poisoned.
+fn at_offset<T: Elem>(v: &[T], offset: usize) -> Vec<T> {
+    let mut out = vec![T::nan(); offset];
+    out.extend_from_slice(v);
+    out
+}
+
+/// Runs the forward case `c` (contiguous operands) with x, w and y `offsets` elements into their
+/// buffers, so at addresses aligned only to the element size when an offset is odd, and checks
+/// the result and that nothing before or after y was written.
+fn run_conv_forward_at<T: Elem>(
+    stream: &Stream,
+    handle: &Handle,
+    c: &ConvCase,
+    offsets: [usize; 3],
+    seed: u64,
+) {
+    let what = format!(
+        "conv_forward {} {} at element offsets {offsets:?} (seed {seed})",
+        T::DTYPE,
+        c.name
+    );
+    let [xo, wo, yo] = offsets;
+    let mut rng = Rng(seed);
+    let params = c.params();
+    let y_dims = ref_out_dims(&c.x, &c.w, &params);
+    let (xt, xf) = rng.values::<T>(numel(&c.x));
+    let (wt, wf) = rng.values::<T>(numel(&c.w));
+    let (want, scale) = ref_conv_forward(&xf, &wf, &c.x, &c.w, &y_dims, &params);
+    let xbuf = stream.alloc_from_host(&at_offset(&xt, xo)).unwrap();
+    let wbuf = stream.alloc_from_host(&at_offset(&wt, wo)).unwrap();
+    let mut ybuf = stream
+        .alloc_from_host(&vec![T::nan(); yo + numel(&y_dims) + TAIL])
+        .unwrap();
+    handle
+        .conv_forward(
+            &TensorShape::contiguous(c.x.clone()),
+            &xbuf.slice(xo..).unwrap(),
+            &TensorShape::contiguous(c.w.clone()),
+            &wbuf.slice(wo..).unwrap(),
+            &params,
+            &TensorShape::contiguous(y_dims.clone()),
+            &mut ybuf.slice_mut(yo..).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let got = ybuf.to_host_vec().unwrap();
+    assert!(
+        got[..yo].iter().all(|v| v.to_f64().is_nan()),
+        "{what}: an element before y was written"
+    );
+    check_output(
+        &what,
+        &got[yo..],
+        &y_dims,
+        &contiguous(&y_dims),
+        &want,
+        &scale,
+        T::CONV_TOL,
+        1.0,
+    );
+}
+
+/// Runs the backward-data case with dy, w and dx `offsets` elements into their buffers.
+fn run_conv_backward_data_at<T: Elem>(
+    stream: &Stream,
+    handle: &Handle,
+    (name, dx_dims, w_dims, params): &(&str, Vec<usize>, Vec<usize>, ConvParams),
+    offsets: [usize; 3],
+    seed: u64,
+) {
+    let what = format!(
+        "conv_backward_data {} {name} at element offsets {offsets:?} (seed {seed})",
+        T::DTYPE
+    );
+    let [dyo, wo, dxo] = offsets;
+    let mut rng = Rng(seed);
+    let dy_dims = ref_out_dims(dx_dims, w_dims, params);
+    let (dyt, dyf) = rng.values::<T>(numel(&dy_dims));
+    let (wt, wf) = rng.values::<T>(numel(w_dims));
+    let (want, scale) = ref_conv_backward_data(&dyf, &wf, dx_dims, w_dims, &dy_dims, params);
+    let dybuf = stream.alloc_from_host(&at_offset(&dyt, dyo)).unwrap();
+    let wbuf = stream.alloc_from_host(&at_offset(&wt, wo)).unwrap();
+    let mut dxbuf = stream
+        .alloc_from_host(&vec![T::nan(); dxo + numel(dx_dims) + TAIL])
+        .unwrap();
+    handle
+        .conv_backward_data(
+            &TensorShape::contiguous(dy_dims.clone()),
+            &dybuf.slice(dyo..).unwrap(),
+            &TensorShape::contiguous(w_dims.clone()),
+            &wbuf.slice(wo..).unwrap(),
+            params,
+            &TensorShape::contiguous(dx_dims.clone()),
+            &mut dxbuf.slice_mut(dxo..).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let got = dxbuf.to_host_vec().unwrap();
+    assert!(
+        got[..dxo].iter().all(|v| v.to_f64().is_nan()),
+        "{what}: an element before dx was written"
+    );
+    check_output(
+        &what,
+        &got[dxo..],
+        dx_dims,
+        &contiguous(dx_dims),
+        &want,
+        &scale,
+        T::CONV_TOL,
+        1.0,
+    );
+}
+
+/// Element offsets of (x, w, y), each run twice: 0 (the allocator's 512-byte aligned blocks),
+/// odd ones (aligned to the element size only: 2 bytes in f16), 16 and 256 bytes in f32.
+const OFFSETS: [[usize; 3]; 6] = [
+    [0, 0, 0],
+    [1, 0, 0],
+    [0, 3, 0],
+    [0, 0, 5],
+    [7, 1, 3],
+    [4, 64, 8],
+];
+
+#[test]
+#[ignore = "needs a GPU"]
+fn one_search_per_problem_dtype_and_direction_at_any_alignment() {
+    let (stream, handle) = setup();
+    println!("search: {:?}", handle.algorithm_search());
+    assert_eq!(handle.find_calls(), 0);
+    let c = &conv_cases()[2];
+    let b = &backward_cases()[0];
+    let mut runs = 0u64;
+    let mut seed = 1100;
+    for round in 0..2 {
+        for offsets in OFFSETS {
+            run_conv_forward_at::<f32>(&stream, &handle, c, offsets, seed);
+            run_conv_forward_at::<f16>(&stream, &handle, c, offsets, seed + 1);
+            run_conv_backward_data_at::<f32>(&stream, &handle, b, offsets, seed + 2);
+            seed += 3;
+            runs += 3;
+            // (shape, f32, forward), (shape, f16, forward), (shape, f32, backward-data).
+            assert_eq!(
+                handle.find_calls(),
+                3,
+                "round {round}, offsets {offsets:?}: the alignment of the operands must not \
+                 cause another search"
+            );
+        }
+    }
+    let stats = handle.algorithm_stats();
+    println!("{stats:?}");
+    assert_eq!(stats.searches, 3);
+    assert_eq!(stats.cache_hits, runs - 3);
+    assert_eq!(stats.cached, 3);
+    for (dtype, a) in [
+        (
+            "f32",
+            handle.conv_forward_algorithm::<f32>(
+                &TensorShape::contiguous(c.x.clone()),
+                &TensorShape::contiguous(c.w.clone()),
+                &c.params(),
+                &TensorShape::contiguous(ref_out_dims(&c.x, &c.w, &c.params())),
+            ),
+        ),
+        (
+            "f16",
+            handle.conv_forward_algorithm::<f16>(
+                &TensorShape::contiguous(c.x.clone()),
+                &TensorShape::contiguous(c.w.clone()),
+                &c.params(),
+                &TensorShape::contiguous(ref_out_dims(&c.x, &c.w, &c.params())),
+            ),
+        ),
+    ] {
+        let a = a.unwrap().expect("cached");
+        println!("forward {dtype}: {a:?}");
+        assert_eq!(
+            a.solution_id.is_some(),
+            handle.algorithm_search() == AlgorithmSearch::Immediate
+        );
+    }
 }
 
 #[test]
@@ -1342,4 +1530,5 @@ fn empty_shapes() {
         )
         .unwrap();
     assert_eq!(handle.cached_algorithms(), 0);
+    assert_eq!(handle.find_calls(), 0);
 }

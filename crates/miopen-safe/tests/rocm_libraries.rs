@@ -44,6 +44,43 @@ fn library_loads_and_reports_its_version_without_a_gpu() {
     // Every table entry resolved in the opened library.
     let t = miopen_safe::raw::miopen().unwrap();
     assert!(t.miopenCreateWithStream.is_ok() && t.miopenFindConvolutionForwardAlgorithm.is_ok());
+    // Immediate mode, the default algorithm search on AMD.
+    for (name, ok) in [
+        (
+            "miopenConvolutionForwardGetSolutionCount",
+            t.miopenConvolutionForwardGetSolutionCount.is_ok(),
+        ),
+        (
+            "miopenConvolutionForwardGetSolution",
+            t.miopenConvolutionForwardGetSolution.is_ok(),
+        ),
+        (
+            "miopenConvolutionForwardCompileSolution",
+            t.miopenConvolutionForwardCompileSolution.is_ok(),
+        ),
+        (
+            "miopenConvolutionForwardImmediate",
+            t.miopenConvolutionForwardImmediate.is_ok(),
+        ),
+        (
+            "miopenConvolutionBackwardDataGetSolutionCount",
+            t.miopenConvolutionBackwardDataGetSolutionCount.is_ok(),
+        ),
+        (
+            "miopenConvolutionBackwardDataGetSolution",
+            t.miopenConvolutionBackwardDataGetSolution.is_ok(),
+        ),
+        (
+            "miopenConvolutionBackwardDataCompileSolution",
+            t.miopenConvolutionBackwardDataCompileSolution.is_ok(),
+        ),
+        (
+            "miopenConvolutionBackwardDataImmediate",
+            t.miopenConvolutionBackwardDataImmediate.is_ok(),
+        ),
+    ] {
+        assert!(ok, "{name} did not resolve");
+    }
 }
 
 fn params(padding: &[usize], stride: &[usize], dilation: &[usize], groups: usize) -> ConvParams {

@@ -48,6 +48,33 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// rocBLAS has no GEMM kernels (Tensile library) for the device: rocBLAS itself would
+    /// abort the process at the first GEMM, so no handle was created. See
+    /// [`crate::tensile`].
+    #[error(
+        "rocBLAS has no GEMM kernels for {arch} in {} ({source_of_dir}): {problem}{}. rocBLAS \
+         would abort the process at the first GEMM, so no handle was created. Fix: install \
+         rocBLAS' Tensile kernels for {arch} there (`cargo xtask install-rocm` with \
+         CANDLE_ROCM_TENSILE_ARCHS={arch}, if Debian's rocBLAS is built for {arch}; else a \
+         rocBLAS that is, e.g. AMD's ROCm, through ROCM_PATH), or set ROCBLAS_TENSILE_LIBPATH \
+         to a directory holding TensileLibrary_lazy_{arch}.dat and its *{arch}*co code \
+         objects; see docs/rocblas.md",
+        dir.display(),
+        Available(available)
+    )]
+    MissingTensileKernels {
+        /// The device's processor, as rocBLAS names its files (`gfx90a`).
+        arch: String,
+        /// The directory rocBLAS will read.
+        dir: std::path::PathBuf,
+        /// How that directory was chosen (`from $ROCBLAS_TENSILE_LIBPATH`, `next to the loaded
+        /// librocblas in ...`).
+        source_of_dir: String,
+        /// What is wrong with it.
+        problem: String,
+        /// The architectures the directory has kernels for.
+        available: Vec<String>,
+    },
     /// A HIP runtime error, a missing library or a missing symbol (from hip-core's loader).
     #[error(transparent)]
     Hip(#[from] hip_core::Error),
@@ -75,6 +102,19 @@ impl Error {
         match self {
             Error::Blas { name, .. } => Some(name),
             _ => None,
+        }
+    }
+}
+
+/// `; it has kernels for a, b only` (nothing when the list is empty).
+struct Available<'a>(&'a Vec<String>);
+
+impl fmt::Display for Available<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, "; it has kernels for {} only", self.0.join(", "))
         }
     }
 }

@@ -1,6 +1,7 @@
 //! [`Handle`]: a BLAS library handle bound to one hip-core stream.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hip_core::{DeviceSlice, DeviceSliceMut, Platform, Stream};
 use parking_lot::Mutex;
@@ -9,8 +10,10 @@ use crate::backend::{backend, Backend, Compute, GemmCall, MathMode, RawHandle, S
 use crate::config::{GemmConfig, GemmDtype, GemmElement};
 use crate::error::{Error, Result};
 use crate::precision::{
-    gemm_reduced_precision_bf16, gemm_reduced_precision_f16, gemm_reduced_precision_f32,
+    env_flag, gemm_reduced_precision_bf16, gemm_reduced_precision_f16, gemm_reduced_precision_f32,
+    ALLOW_ATOMICS_ENV, FP16_ALT_IMPL_ENV,
 };
+use crate::tensile::{self, GfxTarget};
 
 /// A rocBLAS handle (a cuBLAS handle on the `nvidia` platform) bound to one [`Stream`]: every
 /// GEMM it runs is queued on that stream, in host pointer mode (alpha and beta are passed by
@@ -24,10 +27,20 @@ use crate::precision::{
 /// records its use of each buffer on the handle's stream (so that freeing the buffer does not
 /// recycle its memory before the GEMM is done), but ordering the GEMM after work queued on
 /// other streams is the caller's job ([`Stream::wait_for`]).
+///
+/// Deterministic by default: the library's algorithms that use atomics (split-K GEMMs whose
+/// partial sums are added in whatever order they finish; allowed by default in rocBLAS 4 /
+/// ROCm 6) are switched off when the handle is created. [`Handle::set_atomics_allowed`] or
+/// `ROCBLAS_SAFE_ALLOW_ATOMICS=1` allows them (faster for some shapes, results may differ in
+/// the last bits from run to run).
 pub struct Handle {
     backend: &'static Backend,
     state: Mutex<State>,
     stream: Stream,
+    /// The device's target on the AMD platform (`None` on NVIDIA).
+    target: Option<GfxTarget>,
+    /// Whether f16 GEMMs use rocBLAS' alternate kernels where they exist (gfx90a).
+    fp16_alt_impl: AtomicBool,
 }
 
 struct State {
@@ -47,11 +60,25 @@ pub enum RawLibrary<'a> {
 
 impl Handle {
     /// Opens the platform's BLAS library (once per process) and creates a handle on `stream`'s
-    /// device, bound to `stream`.
+    /// device, bound to `stream`, with atomics not allowed (unless `ROCBLAS_SAFE_ALLOW_ATOMICS=1`)
+    /// and rocBLAS' alternate f16 kernels off (unless `ROCBLAS_SAFE_FP16_ALT_IMPL=1`).
+    ///
+    /// On the AMD platform, first checks that rocBLAS has GEMM kernels for the device
+    /// ([`tensile::check_arch`]): rocBLAS aborts the process at the first GEMM when they are
+    /// missing, so a missing or incomplete Tensile directory is an
+    /// [`Error::MissingTensileKernels`] here, naming the directory and the fix.
     pub fn new(stream: &Stream) -> Result<Handle> {
         let backend = backend()?;
         let device = stream.device();
         device.make_current()?;
+        let target = match backend {
+            Backend::Amd(lib) => {
+                let target = GfxTarget::parse(device.arch());
+                tensile::check_base(&lib.tensile_base()?, &target)?;
+                Some(target)
+            }
+            Backend::Nvidia(_) => None,
+        };
         // SAFETY: the stream is live and belongs to the device just made current; the handle
         // keeps a clone of it, so it outlives the library handle (destroyed in `Drop`).
         let raw = unsafe { backend.create(stream.as_raw()) }.map_err(|e| {
@@ -61,11 +88,68 @@ impl Handle {
                 device.ordinal()
             ))
         })?;
+        let allow = env_flag(std::env::var_os(ALLOW_ATOMICS_ENV).as_deref());
+        // SAFETY: `raw` was just created on the current device and nobody else has it.
+        if let Err(e) = unsafe { backend.set_atomics(raw, allow) } {
+            // SAFETY: created above, destroyed once, not used afterwards.
+            let _ = unsafe { backend.destroy(raw) };
+            return Err(e.context(format!(
+                "setting the atomics mode of a new handle on device {}",
+                device.ordinal()
+            )));
+        }
         Ok(Handle {
             backend,
             state: Mutex::new(State { raw, math: None }),
             stream: stream.clone(),
+            target,
+            fp16_alt_impl: AtomicBool::new(env_flag(
+                std::env::var_os(FP16_ALT_IMPL_ENV).as_deref(),
+            )),
         })
+    }
+
+    /// Allows (`true`) or forbids (`false`, the default) the library's GEMM algorithms that use
+    /// atomics: `rocblas_set_atomics_mode` (rocBLAS allows them by default on ROCm 6, which
+    /// makes split-K GEMMs non-deterministic) / `cublasSetAtomicsMode` (cuBLAS forbids them by
+    /// default). Results are accurate either way; only with atomics forbidden are they
+    /// bitwise reproducible.
+    pub fn set_atomics_allowed(&self, allowed: bool) -> Result<()> {
+        let state = self.state.lock();
+        self.stream.device().make_current()?;
+        // SAFETY: the handle is live and locked, its device current.
+        unsafe { self.backend.set_atomics(state.raw, allowed) }
+    }
+
+    /// Whether the library may use atomics in this handle's GEMMs, read back from it.
+    pub fn atomics_allowed(&self) -> Result<bool> {
+        let state = self.state.lock();
+        self.stream.device().make_current()?;
+        // SAFETY: the handle is live and locked, its device current.
+        unsafe { self.backend.atomics_allowed(state.raw) }
+    }
+
+    /// Asks for rocBLAS' alternate f16 GEMM kernels (`rocblas_gemm_flags_fp16_alt_impl`) on
+    /// gfx90a (MI200), whose f16 matrix instructions flush subnormal inputs and outputs
+    /// (|x| < 6.1e-5) to zero. The alternate kernels convert f16 to bf16 first: subnormals keep
+    /// their value, every other element loses 3 bits of mantissa (AMD: "reduced accuracy").
+    /// Off by default (as MIOpen's forward convolutions and PyTorch's forward GEMMs; PyTorch
+    /// turns it on in backward passes, where gradients are often tiny); the initial value is
+    /// `ROCBLAS_SAFE_FP16_ALT_IMPL=1`. Applies only to f16 GEMMs that accumulate in f32, and only
+    /// on gfx90a ([`Handle::fp16_alt_impl_active`]); elsewhere it changes nothing.
+    pub fn set_fp16_alt_impl(&self, enabled: bool) {
+        self.fp16_alt_impl.store(enabled, Ordering::Relaxed);
+    }
+
+    /// Whether f16 GEMMs on this handle use rocBLAS' alternate kernels: asked for
+    /// ([`Handle::set_fp16_alt_impl`]) and the device is a gfx90a.
+    pub fn fp16_alt_impl_active(&self) -> bool {
+        self.fp16_alt_impl.load(Ordering::Relaxed) && fp16_alt_impl_applies(self.target.as_ref())
+    }
+
+    /// The device's AMD GPU target (`gcnArchName` parsed), `None` on the `nvidia` platform.
+    pub fn gfx_target(&self) -> Option<&GfxTarget> {
+        self.target.as_ref()
     }
 
     /// The stream this handle queues its work on.
@@ -148,6 +232,7 @@ impl Handle {
             a: a.device_ptr().0,
             b: b.device_ptr().0,
             c: c.device_ptr().0,
+            fp16_alt_impl: self.fp16_alt_impl_active(),
         };
         {
             let mut state = self.state.lock();
@@ -221,6 +306,13 @@ impl Handle {
     }
 }
 
+/// Whether rocBLAS' alternate f16 kernels exist for (and are needed on) `target`: gfx90a only.
+/// Its f16 matrix instructions flush subnormals; gfx908 has no bf16 instruction the alternate
+/// kernels could use, and gfx94x / RDNA matrix instructions keep subnormals.
+fn fp16_alt_impl_applies(target: Option<&GfxTarget>) -> bool {
+    target.is_some_and(|t| t.processor == "gfx90a")
+}
+
 impl Drop for Handle {
     fn drop(&mut self) {
         let raw = self.state.get_mut().raw;
@@ -244,6 +336,22 @@ impl std::fmt::Debug for Handle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_alternate_f16_kernels_are_for_gfx90a_only() {
+        let t = |s: &str| Some(GfxTarget::parse(s));
+        assert!(fp16_alt_impl_applies(t("gfx90a:sramecc+:xnack-").as_ref()));
+        assert!(fp16_alt_impl_applies(t("gfx90a").as_ref()));
+        for other in [
+            "gfx908:sramecc+:xnack-",
+            "gfx942:sramecc+:xnack-",
+            "gfx1100",
+            "gfx90",
+        ] {
+            assert!(!fp16_alt_impl_applies(t(other).as_ref()), "{other}");
+        }
+        assert!(!fp16_alt_impl_applies(None));
+    }
 
     #[test]
     fn handle_is_send_and_sync() {

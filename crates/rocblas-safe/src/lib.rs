@@ -22,6 +22,10 @@
 //! * **Two platforms**: on hip-core's `nvidia` platform the same API runs over cuBLAS
 //!   (`libcublas.so.13|.12|.so`, searched in `$CUBLAS_LIB_DIR` and the CUDA toolkit's
 //!   directories), a thin adapter with one cuBLAS call per rocBLAS call.
+//! * **No abort, no surprise**: on AMD, [`Handle::new`] first checks that rocBLAS has GEMM
+//!   kernels (its Tensile library) for the device, which rocBLAS would otherwise answer with
+//!   `abort()` at the first GEMM ([`tensile`]); handles are deterministic (atomics off) unless
+//!   asked otherwise ([`Handle::set_atomics_allowed`]).
 //! * **Reduced precision, opt-in**: [`set_gemm_reduced_precision_f16`],
 //!   [`set_gemm_reduced_precision_bf16`] and [`set_gemm_reduced_precision_f32`] mirror Candle's
 //!   CUDA backend; see [`precision`] for what each does on each platform.
@@ -53,6 +57,7 @@ pub mod error;
 mod handle;
 pub mod precision;
 pub mod sys;
+pub mod tensile;
 
 pub use config::{GemmConfig, GemmDtype, GemmElement, Operation};
 pub use error::{Error, Result};
@@ -60,8 +65,9 @@ pub use handle::Handle;
 pub use precision::{
     gemm_reduced_precision_bf16, gemm_reduced_precision_f16, gemm_reduced_precision_f32,
     set_gemm_reduced_precision_bf16, set_gemm_reduced_precision_f16,
-    set_gemm_reduced_precision_f32,
+    set_gemm_reduced_precision_f32, ALLOW_ATOMICS_ENV, FP16_ALT_IMPL_ENV,
 };
+pub use tensile::{GfxTarget, TensileLibrary};
 
 /// The environment variable naming a directory searched for rocBLAS first.
 pub const ROCBLAS_LIB_DIR_ENV: &str = backend::ROCBLAS_LIB_DIR_ENV;
@@ -99,5 +105,20 @@ pub mod __raw {
         let h = unsafe { lib.create(std::ptr::null_mut()) }?;
         // SAFETY: created above, destroyed once.
         unsafe { lib.destroy(h) }
+    }
+
+    /// Calls `rocblas_set_atomics_mode` and `rocblas_get_atomics_mode` through the table with a
+    /// null handle, which rocBLAS answers with `rocblas_status_invalid_handle` without touching
+    /// anything: the tier-2 proof that the calls are wired (no GPU needed for it).
+    pub fn probe_atomics_mode_null_handle() -> (crate::Result<()>, crate::Result<bool>) {
+        match crate::backend::amd::load() {
+            Ok(lib) => {
+                let h = crate::backend::RawHandle(std::ptr::null_mut());
+                // SAFETY: rocBLAS checks the handle for null before using it and returns
+                // rocblas_status_invalid_handle; nothing is read or written through it.
+                unsafe { (lib.set_atomics(h, false), lib.atomics_allowed(h)) }
+            }
+            Err(e) => (Err(e.clone()), Err(e)),
+        }
     }
 }

@@ -54,3 +54,39 @@ pub fn set_gemm_reduced_precision_f32(enabled: bool) {
 pub fn gemm_reduced_precision_f32() -> bool {
     F32.load(Ordering::Relaxed)
 }
+
+/// `ROCBLAS_SAFE_ALLOW_ATOMICS=1`: new handles allow the library's GEMM algorithms that use
+/// atomics (see [`Handle::set_atomics_allowed`](crate::Handle::set_atomics_allowed)); unset or
+/// `0`, they are forbidden and GEMMs are deterministic.
+pub const ALLOW_ATOMICS_ENV: &str = "ROCBLAS_SAFE_ALLOW_ATOMICS";
+
+/// `ROCBLAS_SAFE_FP16_ALT_IMPL=1`: new handles use rocBLAS' alternate f16 kernels on gfx90a
+/// (see [`Handle::set_fp16_alt_impl`](crate::Handle::set_fp16_alt_impl)); unset or `0`, they
+/// do not.
+pub const FP16_ALT_IMPL_ENV: &str = "ROCBLAS_SAFE_FP16_ALT_IMPL";
+
+/// The value of a boolean environment variable: `1`, `true`, `yes` or `on` (any case) is true;
+/// unset, empty and anything else is false.
+pub(crate) fn env_flag(value: Option<&std::ffi::OsStr>) -> bool {
+    value
+        .and_then(|v| v.to_str())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes" | "on"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn env_flags_parse() {
+        for on in ["1", "true", "TRUE", " yes ", "On"] {
+            assert!(env_flag(Some(OsStr::new(on))), "{on}");
+        }
+        for off in ["0", "", "false", "no", "off", "2", "enable"] {
+            assert!(!env_flag(Some(OsStr::new(off))), "{off}");
+        }
+        assert!(!env_flag(None));
+    }
+}

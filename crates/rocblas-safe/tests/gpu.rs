@@ -799,3 +799,107 @@ fn buffers_from_another_stream() {
         full::<f32>(),
     );
 }
+
+/// Handles are deterministic by default (atomics off, read back from the library), the mode can
+/// be switched and read back, and the same split-K-shaped GEMM (tiny m x n, long k: the shape
+/// libraries split across workgroups) gives bitwise identical results run after run. On AMD the
+/// handle knows its target, and rocBLAS' alternate f16 kernels are off unless asked for (and
+/// only ever active on gfx90a).
+#[test]
+#[ignore = "needs a GPU"]
+fn handles_are_deterministic_by_default() {
+    let _g = lock();
+    let (stream, handle) = setup();
+    assert!(
+        !handle.atomics_allowed().unwrap(),
+        "atomics allowed on a new handle"
+    );
+    handle.set_atomics_allowed(true).unwrap();
+    assert!(handle.atomics_allowed().unwrap());
+    handle.set_atomics_allowed(false).unwrap();
+    assert!(!handle.atomics_allowed().unwrap());
+    if let Some(target) = handle.gfx_target() {
+        assert!(!handle.fp16_alt_impl_active());
+        handle.set_fp16_alt_impl(true);
+        assert_eq!(handle.fp16_alt_impl_active(), target.processor == "gfx90a");
+        handle.set_fp16_alt_impl(false);
+        println!("AMD target {target}");
+    }
+    let (m, n, k) = (8usize, 8usize, 1 << 16);
+    let mut rng = Rng::new(0x05ee_d0a7_01c5);
+    let a: Vec<f32> = (0..m * k).map(|_| rng.next_f64() as f32).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| rng.next_f64() as f32).collect();
+    let da = stream.alloc_from_host(&a).unwrap();
+    let db = stream.alloc_from_host(&b).unwrap();
+    let cfg = GemmConfig::packed(N, N, m, n, k);
+    let mut first: Option<Vec<u32>> = None;
+    for run in 0..20 {
+        let mut dc = stream.alloc::<f32>(m * n).unwrap();
+        handle
+            .gemm(
+                &cfg,
+                1.0,
+                &da.as_slice(),
+                &db.as_slice(),
+                0.0,
+                &mut dc.as_mut_slice(),
+            )
+            .unwrap();
+        let bits: Vec<u32> = dc
+            .to_host_vec()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        match &first {
+            None => first = Some(bits),
+            Some(f) => assert_eq!(f, &bits, "run {run} differs from run 0"),
+        }
+    }
+}
+
+/// `ROCBLAS_TENSILE_LIBPATH` at an empty directory: creating a handle is the typed error, not
+/// rocBLAS' abort at the first GEMM (AMD only; in a child process, since rocBLAS reads the
+/// variable once per process).
+#[test]
+#[ignore = "needs a GPU"]
+fn missing_tensile_kernels_are_an_error_not_an_abort() {
+    const CHILD: &str = "ROCBLAS_SAFE_TEST_TENSILE_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let device = Device::new(0).unwrap();
+        match Handle::new(&device.default_stream()) {
+            Err(e @ Error::MissingTensileKernels { .. }) => println!("CHILD-OK: {e}"),
+            Err(e) => println!("CHILD-OTHER: {e}"),
+            Ok(h) => println!("CHILD-CREATED on {}", h.platform()),
+        }
+        return;
+    }
+    let _g = lock();
+    let (_stream, handle) = setup();
+    if handle.gfx_target().is_none() {
+        println!("not an AMD GPU: nothing to check");
+        return;
+    }
+    let empty = std::env::temp_dir().join(format!("rocblas-safe-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let exe = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| std::env::current_exe().unwrap());
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "missing_tensile_kernels_are_an_error_not_an_abort",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("ROCBLAS_TENSILE_LIBPATH", &empty)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&empty);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child died: {}\n{stdout}", out.status);
+    assert!(stdout.contains("CHILD-OK"), "{stdout}");
+}

@@ -256,5 +256,124 @@ fn rowwise(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, elementwise, rowwise);
+/// Full reductions of 2^26 elements (one output): `sum` and `max` through `reduce::reduce`
+/// (which splits into two passes where it may: f32 sums, integer min/max; f32 max stays in one
+/// pass, see the reduce module docs), the same forced into one pass
+/// (`reduce::reduce_single_pass`), and an i32 max over the same bytes (split), beside a
+/// device-to-device copy of the same 2^26 f32 in the same group. Bytes: the copy counts read +
+/// written (2 x 256 MiB), the reductions the input read + the 4-byte output written, so that
+/// criterion's GB/s figures divide directly into the ratio to copy bandwidth.
+fn reduce_all(c: &mut Criterion) {
+    use rocm_kernels::reduce::{self, ReduceOp};
+    let d = match Device::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rocm-kernels benches need a GPU: {e}");
+            return;
+        }
+    };
+    let s = d.create_stream().unwrap();
+    let host: Vec<f32> = (0..N)
+        .map(|i| ((i * 7 % 1013) as f32) * 1e-3 - 0.5)
+        .collect();
+    let x = s.alloc_from_host(&host).unwrap();
+    let host_i: Vec<i32> = (0..N)
+        .map(|i| (i * 7919 % 100_003) as i32 - 50_000)
+        .collect();
+    let xi = s.alloc_from_host(&host_i).unwrap();
+    let mut copy_out = s.alloc::<f32>(N).unwrap();
+    let mut out = s.alloc::<f32>(1).unwrap();
+    let mut out_i = s.alloc::<i32>(1).unwrap();
+    let dims = [N];
+    let strides = [1usize];
+    for (what, parts) in [
+        (
+            "sum f32",
+            reduce::split_parts::<f32>(&d, ReduceOp::Sum, &dims, &strides, &[0]),
+        ),
+        (
+            "max f32",
+            reduce::split_parts::<f32>(&d, ReduceOp::Max, &dims, &strides, &[0]),
+        ),
+        (
+            "max i32",
+            reduce::split_parts::<i32>(&d, ReduceOp::Max, &dims, &strides, &[0]),
+        ),
+    ] {
+        eprintln!(
+            "reduce_all_2^26: {what} in {}",
+            match parts.unwrap() {
+                Some(g) => format!("two passes ({g} parts)"),
+                None => "one pass".to_string(),
+            }
+        );
+    }
+
+    let mut g = c.benchmark_group("reduce_all_2^26_f32");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes((2 * N * 4) as u64));
+    g.bench_function("reference_copy_f32", |b| {
+        b.iter_custom(|it| {
+            time_on_stream(d, &s, it, || {
+                copy_out
+                    .as_mut_slice()
+                    .copy_from_device(&x.as_slice())
+                    .unwrap()
+            })
+        })
+    });
+    g.throughput(Throughput::Bytes((N * 4 + 4) as u64));
+    for (name, op, single) in [
+        ("sum", ReduceOp::Sum, false),
+        ("max", ReduceOp::Max, false),
+        ("sum_single_pass", ReduceOp::Sum, true),
+        ("max_single_pass", ReduceOp::Max, true),
+    ] {
+        let run = if single {
+            reduce::reduce_single_pass::<f32>
+        } else {
+            reduce::reduce::<f32>
+        };
+        g.bench_function(name, |b| {
+            b.iter_custom(|it| {
+                time_on_stream(d, &s, it, || {
+                    run(
+                        &s,
+                        op,
+                        &dims,
+                        Strided::new(x.as_slice(), &strides),
+                        &[0],
+                        &mut out.as_mut_slice(),
+                    )
+                    .unwrap()
+                })
+            })
+        });
+    }
+    for (name, single) in [("max_i32", false), ("max_i32_single_pass", true)] {
+        let run = if single {
+            reduce::reduce_single_pass::<i32>
+        } else {
+            reduce::reduce::<i32>
+        };
+        g.bench_function(name, |b| {
+            b.iter_custom(|it| {
+                time_on_stream(d, &s, it, || {
+                    run(
+                        &s,
+                        ReduceOp::Max,
+                        &dims,
+                        Strided::new(xi.as_slice(), &strides),
+                        &[0],
+                        &mut out_i.as_mut_slice(),
+                    )
+                    .unwrap()
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, elementwise, rowwise, reduce_all);
 criterion_main!(benches);

@@ -24,6 +24,14 @@
 //   then stays (value and index 0). min/max write the chosen input element itself (bits
 //   preserved). argmin/argmax write the index r of the chosen element. red_numel >= 1 and
 //   < 2^32 - 1 (checked by the wrappers).
+//
+// Pass 1 of a split min/max over floats ({min,max}_part_{T} and {min,max}_part_block_{T}, with
+// one more argument, u64 parts): the outputs are [out_numel / parts, parts] partial results, and
+// the element-0 NaN rule applies only to the first part of each output (o % parts == 0); the
+// other parts skip NaNs (a part of NaNs only writes its element 0 (value path: the fold's
+// identity, +-inf), which pass 2, a plain min/max over the partials, never takes over a
+// number). So pass 2 gives the single pass's result, bits included: NaN exactly when the
+// input's element 0 is, and of equal values (+0/-0) the first, since the parts are in order.
 
 #define RD_NONE 0xffffffffu
 
@@ -157,6 +165,10 @@ __device__ __forceinline__ u64 rd_offset(I i, u32 n, const u64* dims, const u64*
 struct rd_layout {
     const u64* info;
     u32 nk, nr;
+    // 0, or the parts of a split's pass 1 (see the header).
+    u64 parts;
+    // Whether output `o` keeps the rule for a NaN element 0.
+    __device__ __forceinline__ bool nan_rule(u64 o) const { return parts == 0 || o % parts == 0; }
     __device__ __forceinline__ u64 base(u64 o, u64 red_numel) const {
         return info == nullptr ? o * red_numel : rd_offset<u64>(o, nk, info, info + nk);
     }
@@ -194,7 +206,7 @@ template <bool IDX, typename T, typename C, typename O>
 __device__ __forceinline__ void rd_write_pair(const rd_layout& l, const T* inp, u64 base, u64 o,
                                               rd_pair<C> acc, O* out) {
     const C x0 = (C)rk_to_compute(inp[base + l.red<u32>(0u)]);
-    const u32 idx = (rd_isnan(x0) || acc.i == RD_NONE) ? 0u : acc.i;
+    const u32 idx = ((l.nan_rule(o) && rd_isnan(x0)) || acc.i == RD_NONE) ? 0u : acc.i;
     rd_store<IDX>::store(l, inp, base, o, idx, out);
 }
 
@@ -337,7 +349,8 @@ template <typename V, typename F> __device__ __forceinline__ V rd_block_allreduc
 }
 
 template <typename T, bool MIN, typename I>
-__device__ __forceinline__ void rd_block_value(u64 out_numel, u64 red_numel, const T* inp, T* out) {
+__device__ __forceinline__ void rd_block_value(u64 out_numel, u64 red_numel, const rd_layout& l,
+                                               const T* inp, T* out) {
     const float none = MIN ? __int_as_float(0x7f800000) : __int_as_float(0xff800000);
     const I bd = (I)blockDim.x;
     for (u64 o = blockIdx.x; o < out_numel; o += gridDim.x) {
@@ -358,7 +371,7 @@ __device__ __forceinline__ void rd_block_value(u64 out_numel, u64 red_numel, con
         for (int k = 1; k < RD_UNROLL; ++k) a[0] = rd_value_combine<MIN>(a[0], a[k]);
         const float acc = rd_block_allreduce(a[0], [](float x, float y) { return rd_value_combine<MIN>(x, y); });
         const T x0 = p[0];
-        if (rd_isnan(rk_to_compute(x0))) {
+        if (l.nan_rule(o) && rd_isnan(rk_to_compute(x0))) {
             if (threadIdx.x == 0) out[o] = x0;
         } else if (acc == 0.0f) {
             // The first zero (+0 or -0) of the row.
@@ -400,7 +413,7 @@ struct rd_block_dispatch<T, Op, I, O, 1> {
     static __device__ __forceinline__ void run(u64 out_numel, u64 red_numel, const rd_layout& l,
                                                const T* inp, O* out) {
         if (l.info == nullptr)
-            rd_block_value<T, rd_value_path<Op>::min != 0, I>(out_numel, red_numel, inp, out);
+            rd_block_value<T, rd_value_path<Op>::min != 0, I>(out_numel, red_numel, l, inp, out);
         else
             rd_block<T, Op, I>(out_numel, red_numel, l, inp, out);
     }
@@ -411,7 +424,7 @@ struct rd_block_dispatch<T, Op, I, O, 1> {
 #define RK_REDUCE_KERNELS(NAME, OP, T, OUT)                                                     \
     RK_KERNEL void NAME##_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr, const u64* info,  \
                               const T* inp, OUT* out) {                                      \
-        const rd_layout l = {info, nk, nr};                                                  \
+        const rd_layout l = {info, nk, nr, 0};                                               \
         if (red_numel < 0x80000000ull)                                                       \
             rd_thread<T, OP, u32>(out_numel, red_numel, l, inp, out);                        \
         else                                                                                 \
@@ -419,11 +432,30 @@ struct rd_block_dispatch<T, Op, I, O, 1> {
     }                                                                                        \
     RK_KERNEL void NAME##_block_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr,             \
                                     const u64* info, const T* inp, OUT* out) {               \
-        const rd_layout l = {info, nk, nr};                                                  \
+        const rd_layout l = {info, nk, nr, 0};                                               \
         if (red_numel < 0x80000000ull)                                                       \
             rd_block_dispatch<T, OP, u32, OUT>::run(out_numel, red_numel, l, inp, out);      \
         else                                                                                 \
             rd_block_dispatch<T, OP, u64, OUT>::run(out_numel, red_numel, l, inp, out);      \
+    }
+
+// Pass 1 of a split float min/max (see the header): `parts` >= 1 partials per output.
+#define RK_REDUCE_PART_KERNELS(NAME, OP, T)                                                   \
+    RK_KERNEL void NAME##_part_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr,              \
+                                   const u64* info, const T* inp, T* out, u64 parts) {       \
+        const rd_layout l = {info, nk, nr, parts};                                           \
+        if (red_numel < 0x80000000ull)                                                       \
+            rd_thread<T, OP, u32>(out_numel, red_numel, l, inp, out);                        \
+        else                                                                                 \
+            rd_thread<T, OP, u64>(out_numel, red_numel, l, inp, out);                        \
+    }                                                                                        \
+    RK_KERNEL void NAME##_part_block_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr,        \
+                                         const u64* info, const T* inp, T* out, u64 parts) { \
+        const rd_layout l = {info, nk, nr, parts};                                           \
+        if (red_numel < 0x80000000ull)                                                       \
+            rd_block_dispatch<T, OP, u32, T>::run(out_numel, red_numel, l, inp, out);        \
+        else                                                                                 \
+            rd_block_dispatch<T, OP, u64, T>::run(out_numel, red_numel, l, inp, out);        \
     }
 
 #define RK_REDUCE_ALL(T)                                   \
@@ -442,3 +474,12 @@ RK_REDUCE_ALL(bf16)
 RK_REDUCE_ALL(f16)
 RK_REDUCE_ALL(f32)
 RK_REDUCE_ALL(f64)
+
+RK_REDUCE_PART_KERNELS(min, rd_min_op<bf16>, bf16)
+RK_REDUCE_PART_KERNELS(max, rd_max_op<bf16>, bf16)
+RK_REDUCE_PART_KERNELS(min, rd_min_op<f16>, f16)
+RK_REDUCE_PART_KERNELS(max, rd_max_op<f16>, f16)
+RK_REDUCE_PART_KERNELS(min, rd_min_op<f32>, f32)
+RK_REDUCE_PART_KERNELS(max, rd_max_op<f32>, f32)
+RK_REDUCE_PART_KERNELS(min, rd_min_op<f64>, f64)
+RK_REDUCE_PART_KERNELS(max, rd_max_op<f64>, f64)

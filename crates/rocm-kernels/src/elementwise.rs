@@ -381,7 +381,7 @@ fn device_info(
     strides: &[&[usize]],
 ) -> Result<Option<DeviceBuffer<u64>>> {
     match info_array(dims, strides) {
-        Some(info) => Ok(Some(stream.alloc_from_host(&info)?)),
+        Some(info) => Ok(Some(stream.alloc_from_host_async(&info)?)),
         None => Ok(None),
     }
 }

@@ -228,7 +228,7 @@ fn column_info(stream: &Stream, dims: &[usize], strides: &[&[usize]]) -> Result<
     for s in strides {
         info.extend(s.iter().map(|&x| x as u64));
     }
-    Ok(stream.alloc_from_host(&info)?)
+    Ok(stream.alloc_from_host_async(&info)?)
 }
 
 /// In place, `dst.scatter_add_set(ids, src, dim)` for f8e4m3: `dst[.., ids[.., i, ..], ..] +=

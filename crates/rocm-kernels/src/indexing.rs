@@ -303,7 +303,7 @@ fn device_info(
     for s in strides {
         info.extend(s.iter().map(|&x| x as u64));
     }
-    Ok(Some(stream.alloc_from_host(&info)?))
+    Ok(Some(stream.alloc_from_host_async(&info)?))
 }
 
 /// The geometry of one launch: the iteration shape's size along `dim` and the product of its

@@ -263,7 +263,10 @@ fn load_once(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> 
     let result = slot.get_or_init(|| load(device, name)).clone();
     if result.is_err() {
         let mut map = slots().lock();
-        if map.get(&key).is_some_and(|s| std::sync::Arc::ptr_eq(s, &slot)) {
+        if map
+            .get(&key)
+            .is_some_and(|s| std::sync::Arc::ptr_eq(s, &slot))
+        {
             map.remove(&key);
         }
     }

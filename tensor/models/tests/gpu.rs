@@ -1,6 +1,8 @@
 //! Tensor-level Candle on a ROCm device (`Device::new_rocm(0)`), against Candle's CPU backend:
 //! device basics, candle-nn's fused ops on random inputs, a 125M-parameter llama-style decoder
-//! (prefill + 32 greedy steps with its KV cache) and all-MiniLM-L6-v2 sentence embeddings.
+//! (prefill + 32 greedy steps with its KV cache) and all-MiniLM-L6-v2 sentence embeddings, and
+//! that forward passes queue their work without making the host wait for the GPU
+//! (`hip_core::sync_count`).
 //!
 //! Every test needs a GPU (`#[ignore = "needs a GPU"]`); the MiniLM test also needs the model
 //! directory (`CANDLE_ROCM_MINILM_DIR`, with `model.f16.safetensors`: the GPU machine takes at
@@ -8,11 +10,28 @@
 
 mod common;
 
+use std::collections::HashMap;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{DType, Device, DeviceLocation, IndexOp, Tensor, D};
+use candle_core::{DType, Device, DeviceLocation, IndexOp, Module, Tensor, D};
+use candle_nn::VarBuilder;
 use candle_rocm::RocmDeviceExt;
 use candle_rocm_models::bert::{cosine_similarity_rows, SentenceEmbedder, WEIGHTS_F16};
 use candle_rocm_models::llama;
+use candle_transformers::models::bert::{BertEncoder, Config as BertConfig};
+
+/// `hip_core::sync_count` is process-wide: the tests that check it take this lock exclusively,
+/// every other test holds it shared (so those still run in parallel).
+static SYNC_COUNT: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    SYNC_COUNT.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    SYNC_COUNT.write().unwrap_or_else(|e| e.into_inner())
+}
 
 fn rocm() -> Device {
     Device::new_rocm(0).expect("a ROCm device (HIP_PLATFORM=nvidia on NVIDIA)")
@@ -55,6 +74,7 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 #[test]
 #[ignore = "needs a GPU"]
 fn device_basics() {
+    let _lock = shared();
     let dev = rocm();
     assert!(dev.is_rocm() && dev.is_ext() && !dev.is_cuda() && !dev.is_cpu());
     assert_eq!(
@@ -126,6 +146,7 @@ fn device_basics() {
 #[test]
 #[ignore = "needs a GPU"]
 fn fused_ops_match_cpu() {
+    let _lock = shared();
     let dev = rocm();
     let (b, h, t, d) = (2, 4, 37, 64);
     let x_cpu =
@@ -223,6 +244,7 @@ fn fused_ops_match_cpu() {
 #[test]
 #[ignore = "needs a GPU"]
 fn llama_125m_greedy_decode_matches_cpu() {
+    let _lock = shared();
     let dev = rocm();
     let cfg = llama::config_125m();
     let params = llama::param_count(&cfg).unwrap();
@@ -257,6 +279,7 @@ fn llama_125m_greedy_decode_matches_cpu() {
 #[test]
 #[ignore = "needs a GPU"]
 fn minilm_embeddings_match_cpu() {
+    let _lock = shared();
     let dir = common::dir();
     let rows = common::reference();
     let sentences = common::sentences(&rows);
@@ -283,4 +306,190 @@ fn minilm_embeddings_match_cpu() {
             common::check(&gpu, &rows, 0.99999, 5e-4, "rocm f32 vs float64 reference");
         }
     }
+}
+
+/// Prefill of `prompt` (`u32 [1, seq]` on the model's device), then `steps` decode steps with
+/// the KV cache, each feeding the argmax of the previous logits, taken on the device: nothing is
+/// read back to the host. Returns the chosen tokens (`u32 [1, 1]` each, on the device), the
+/// logits of the last step, and `hip_core::sync_count()` before the prefill, after it and after
+/// the decode steps.
+fn greedy_on_device(
+    model: &llama::LlamaModel,
+    prompt: &Tensor,
+    steps: usize,
+) -> (Vec<Tensor>, Tensor, [u64; 3]) {
+    let mut cache = model.new_cache(true).unwrap();
+    let start = hip_core::sync_count();
+    let mut logits = model.forward(prompt, 0, &mut cache).unwrap();
+    let prefilled = hip_core::sync_count();
+    let seq = prompt.dim(1).unwrap();
+    let mut tokens = Vec::with_capacity(steps);
+    for pos in seq..seq + steps {
+        let next = logits.argmax_keepdim(D::Minus1).unwrap();
+        logits = model.forward(&next, pos, &mut cache).unwrap();
+        tokens.push(next);
+    }
+    let decoded = hip_core::sync_count();
+    (tokens, logits, [start, prefilled, decoded])
+}
+
+/// The 125M llama decoder's forward passes (prefill of 8 tokens, then 6 steps with the KV
+/// cache) make no host-blocking call: the strided copies, broadcasts and reductions upload their
+/// layout info without waiting (`Stream::alloc_from_host_async`), and so does the host data
+/// the model uploads itself (candle-transformers' `masked_fill` makes a
+/// `Tensor::new(f32::NEG_INFINITY)` per layer, the causal mask is built on the host once per
+/// cache): candle-rocm stages uploads of up to 64 KiB.
+#[test]
+#[ignore = "needs a GPU"]
+fn llama_forward_passes_never_wait_for_the_gpu() {
+    let _lock = exclusive();
+    let dev = rocm();
+    let cfg = llama::config_125m();
+    let weights = llama::random_weights(&cfg, &dev, 77).unwrap();
+    let model = llama::build(&cfg, &weights, DType::F32, &dev).unwrap();
+    drop(weights);
+    let prompt_ids: Vec<u32> = vec![1, 450, 4996, 17354, 1701, 432, 17204, 975];
+    let prompt = Tensor::new(prompt_ids.as_slice(), &dev)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let steps = 6;
+    // A first run loads the kernels and the BLAS handle and warms the allocator and the ring.
+    let _ = greedy_on_device(&model, &prompt, steps);
+    let (tokens, last_logits, [start, prefilled, decoded]) =
+        greedy_on_device(&model, &prompt, steps);
+    let (prefill_waits, decode_waits) = (prefilled - start, decoded - prefilled);
+    println!(
+        "llama 125M: host-blocking calls in the prefill of {} tokens: {prefill_waits} \
+         (host uploads of the model: {} masked_fill scalars + 1 causal mask), \
+         in {steps} decode steps: {decode_waits}",
+        prompt_ids.len(),
+        cfg.num_hidden_layers
+    );
+    assert_eq!(decode_waits, 0, "the decode steps waited for the GPU");
+    assert_eq!(prefill_waits, 0, "the prefill waited for the GPU");
+
+    // Only now read the results: the device-side greedy decode is the host-side one.
+    let mut ours: Vec<u32> = tokens
+        .iter()
+        .map(|t| t.flatten_all().unwrap().to_vec1::<u32>().unwrap()[0])
+        .collect();
+    ours.push(
+        last_logits
+            .argmax(D::Minus1)
+            .unwrap()
+            .to_vec1::<u32>()
+            .unwrap()[0],
+    );
+    let reference = llama::generate(&model, &prompt_ids, steps + 1, true).unwrap();
+    assert_eq!(ours, reference.tokens);
+}
+
+/// A MiniLM-sized BERT encoder (6 layers, hidden 384, 12 heads, random weights) over a padded
+/// batch makes no host-blocking call: embeddings, layer norms, attention (head transposes,
+/// broadcast mask, softmax) and pooling. The inputs are uploaded before the count is taken.
+/// The result matches the same weights on the CPU.
+#[test]
+#[ignore = "needs a GPU"]
+fn bert_encoder_forward_never_waits_for_the_gpu() {
+    let _lock = exclusive();
+    let dev = rocm();
+    let cfg = BertConfig {
+        vocab_size: 30522,
+        hidden_size: 384,
+        num_hidden_layers: 6,
+        num_attention_heads: 12,
+        intermediate_size: 1536,
+        max_position_embeddings: 512,
+        ..BertConfig::default()
+    };
+    let h = cfg.hidden_size;
+    struct Encoder {
+        words: candle_nn::Embedding,
+        positions: candle_nn::Embedding,
+        norm: candle_nn::LayerNorm,
+        encoder: BertEncoder,
+    }
+    let load = |vb: VarBuilder| Encoder {
+        words: candle_nn::embedding(cfg.vocab_size, h, vb.pp("words")).unwrap(),
+        positions: candle_nn::embedding(cfg.max_position_embeddings, h, vb.pp("positions"))
+            .unwrap(),
+        norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("norm")).unwrap(),
+        encoder: BertEncoder::load(vb.pp("encoder"), &cfg).unwrap(),
+    };
+    // Mean over the unmasked positions of the encoder's output: f32 [n, hidden].
+    let forward = |m: &Encoder, ids: &Tensor, pos: &Tensor, add_mask: &Tensor, keep: &Tensor| {
+        let x = m
+            .words
+            .forward(ids)
+            .unwrap()
+            .broadcast_add(&m.positions.forward(pos).unwrap())
+            .unwrap();
+        let x = m.norm.forward(&x).unwrap();
+        let hidden = m.encoder.forward(&x, add_mask).unwrap();
+        let summed = hidden.broadcast_mul(keep).unwrap().sum(1).unwrap();
+        summed.broadcast_div(&keep.sum(1).unwrap()).unwrap()
+    };
+    // Random weights generated on the GPU; the same values on the CPU for the reference.
+    let varmap = candle_nn::VarMap::new();
+    let gpu = load(VarBuilder::from_varmap(&varmap, DType::F32, &dev));
+    let cpu_weights: HashMap<String, Tensor> = varmap
+        .data()
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().to_device(&Device::Cpu).unwrap()))
+        .collect();
+    let cpu = load(VarBuilder::from_tensors(
+        cpu_weights,
+        DType::F32,
+        &Device::Cpu,
+    ));
+
+    // Two sentences of 16 positions, the second padded after 11 tokens.
+    let (n, seq, len1) = (2usize, 16usize, 11usize);
+    let ids: Vec<u32> = (0..n * seq)
+        .map(|i| (101 + 997 * i as u32) % 30522)
+        .collect();
+    let keep: Vec<f32> = (0..n * seq)
+        .map(|i| {
+            if i / seq == 1 && i % seq >= len1 {
+                0.0
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let add_mask: Vec<f32> = keep.iter().map(|&k| (1.0 - k) * -1e9).collect();
+    let inputs = |d: &Device| {
+        (
+            Tensor::from_vec(ids.clone(), (n, seq), d).unwrap(),
+            Tensor::arange(0u32, seq as u32, d).unwrap(),
+            Tensor::from_vec(add_mask.clone(), (n, 1, 1, seq), d).unwrap(),
+            Tensor::from_vec(keep.clone(), (n, seq, 1), d).unwrap(),
+        )
+    };
+    let (g_ids, g_pos, g_add, g_keep) = inputs(&dev);
+    // Warm-up: kernels, BLAS handle, allocator, staging ring.
+    let _ = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
+    let before = hip_core::sync_count();
+    let first = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
+    let second = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
+    let waits = hip_core::sync_count() - before;
+    println!(
+        "BERT encoder (6 x 384, batch 2 x 16): host-blocking calls in 2 forward passes: {waits}"
+    );
+    assert_eq!(waits, 0, "the encoder's forward passes waited for the GPU");
+
+    let (c_ids, c_pos, c_add, c_keep) = inputs(&Device::Cpu);
+    let reference = forward(&cpu, &c_ids, &c_pos, &c_add, &c_keep);
+    let (d1, d2) = (
+        max_abs_diff(&first, &reference),
+        max_abs_diff(&second, &reference),
+    );
+    println!("BERT encoder: max |gpu - cpu| {d1:.3e}");
+    assert!(
+        d1 < 1e-3 && d2 < 1e-3,
+        "max |gpu - cpu|: first pass {d1}, second {d2}"
+    );
 }

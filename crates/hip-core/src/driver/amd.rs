@@ -281,6 +281,7 @@ impl Driver for AmdDriver {
     }
 
     fn device_synchronize(&self) -> Result<()> {
+        crate::blocking::note_blocking_call();
         // SAFETY: no arguments.
         unsafe { hip_call!(self, hipDeviceSynchronize()) }
     }
@@ -314,7 +315,15 @@ impl Driver for AmdDriver {
         is_hip_out_of_memory(err)
     }
 
+    fn clear_last_error(&self) {
+        // SAFETY: hipGetLastError takes no arguments; it returns (and resets) the calling
+        // thread's last error, which is all we want. A runtime without it has nothing to clear.
+        let _ = unsafe { hip_call!(@raw self, hipGetLastError()) };
+    }
+
     unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
+        // hipFree waits for the device (an implicit synchronisation).
+        crate::blocking::note_blocking_call();
         // SAFETY: the caller guarantees `ptr` came from `malloc` and is no longer in use.
         unsafe { hip_call!(self, hipFree(dptr(ptr))) }
     }
@@ -335,6 +344,8 @@ impl Driver for AmdDriver {
     }
 
     unsafe fn host_free(&self, ptr: *mut c_void) -> Result<()> {
+        // hipHostFree waits for the device (an implicit synchronisation).
+        crate::blocking::note_blocking_call();
         // SAFETY: the caller guarantees `ptr` came from `host_alloc` and is no longer in use.
         unsafe { hip_call!(self, hipHostFree(ptr)) }
     }
@@ -466,6 +477,7 @@ impl Driver for AmdDriver {
     }
 
     unsafe fn stream_synchronize(&self, stream: RawStream) -> Result<()> {
+        crate::blocking::note_blocking_call();
         // SAFETY: the caller guarantees the stream is live.
         unsafe { hip_call!(self, hipStreamSynchronize(as_stream(stream))) }
     }
@@ -509,6 +521,7 @@ impl Driver for AmdDriver {
     }
 
     unsafe fn event_synchronize(&self, event: RawEvent) -> Result<()> {
+        crate::blocking::note_blocking_call();
         // SAFETY: the caller guarantees the event is live.
         unsafe { hip_call!(self, hipEventSynchronize(as_event(event))) }
     }

@@ -168,6 +168,14 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn malloc(&self, bytes: usize) -> Result<DevicePtr>;
     /// Whether `err` is this platform's out-of-memory error.
     fn is_out_of_memory(&self, err: &Error) -> bool;
+    /// Clears the calling thread's "last error" after a failure hip-core has handled itself
+    /// (an out-of-memory answered by a retry, a code object the device rejected), so that
+    /// code that checks it later (MIOpen, rocBLAS, the user's own HIP calls) does not see a
+    /// stale error. Since HIP 7 a failed call's error stays set until `hipGetLastError` reads
+    /// it, whatever succeeds in between (earlier HIP releases overwrote it at every call). AMD:
+    /// `hipGetLastError`, its result discarded; NVIDIA: nothing (the CUDA driver API keeps no
+    /// such state). Never fails.
+    fn clear_last_error(&self);
     /// Frees device memory.
     ///
     /// # Safety

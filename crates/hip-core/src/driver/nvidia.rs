@@ -299,6 +299,7 @@ impl Driver for NvidiaDriver {
     }
 
     fn device_synchronize(&self) -> Result<()> {
+        crate::blocking::note_blocking_call();
         // SAFETY: no arguments; acts on the current context.
         unsafe { call!(self.cu, cuCtxSynchronize()) }
     }
@@ -334,7 +335,14 @@ impl Driver for NvidiaDriver {
         is_cuda_oom(err)
     }
 
+    fn clear_last_error(&self) {
+        // The CUDA driver API keeps no per-thread last error (cudaGetLastError is the runtime
+        // API's), so there is nothing to clear.
+    }
+
     unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
+        // cuMemFree waits for the device (an implicit synchronisation).
+        crate::blocking::note_blocking_call();
         // SAFETY: the caller guarantees `ptr` came from cuMemAlloc and is no longer in use.
         unsafe { call!(self.cu, cuMemFree_v2(ptr.0)) }
     }
@@ -347,6 +355,8 @@ impl Driver for NvidiaDriver {
     }
 
     unsafe fn host_free(&self, ptr: *mut c_void) -> Result<()> {
+        // cuMemFreeHost waits for the device (an implicit synchronisation).
+        crate::blocking::note_blocking_call();
         // SAFETY: the caller guarantees `ptr` came from cuMemAllocHost and is no longer in use.
         unsafe { call!(self.cu, cuMemFreeHost(ptr)) }
     }
@@ -435,6 +445,7 @@ impl Driver for NvidiaDriver {
     }
 
     unsafe fn stream_synchronize(&self, s: RawStream) -> Result<()> {
+        crate::blocking::note_blocking_call();
         // SAFETY: the caller guarantees `s` is live.
         unsafe { call!(self.cu, cuStreamSynchronize(stream(s))) }
     }
@@ -477,6 +488,7 @@ impl Driver for NvidiaDriver {
     }
 
     unsafe fn event_synchronize(&self, e: RawEvent) -> Result<()> {
+        crate::blocking::note_blocking_call();
         // SAFETY: the caller guarantees `e` is live.
         unsafe { call!(self.cu, cuEventSynchronize(event(e))) }
     }

@@ -12,6 +12,7 @@ pub const FUNCTIONS: &[&str] = &[
     "hipGetDeviceCount",
     "hipDeviceGetAttribute",
     "hipGetDevicePropertiesR0600",
+    "hipGetLastError",
     "hipGetErrorName",
     "hipGetErrorString",
     "hipStreamCreateWithFlags",
@@ -1521,6 +1522,7 @@ pub struct HipRuntime {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipGetLastError: Result<unsafe extern "C" fn() -> hipError_t, ::libloading::Error>,
     pub hipGetErrorName: Result<
         unsafe extern "C" fn(hip_error: hipError_t) -> *const ::std::os::raw::c_char,
         ::libloading::Error,
@@ -1710,6 +1712,7 @@ impl HipRuntime {
         let hipGetDevicePropertiesR0600 = __library
             .get(b"hipGetDevicePropertiesR0600\0")
             .map(|sym| *sym);
+        let hipGetLastError = __library.get(b"hipGetLastError\0").map(|sym| *sym);
         let hipGetErrorName = __library.get(b"hipGetErrorName\0").map(|sym| *sym);
         let hipGetErrorString = __library.get(b"hipGetErrorString\0").map(|sym| *sym);
         let hipStreamCreateWithFlags = __library.get(b"hipStreamCreateWithFlags\0").map(|sym| *sym);
@@ -1750,6 +1753,7 @@ impl HipRuntime {
             hipGetDeviceCount,
             hipDeviceGetAttribute,
             hipGetDevicePropertiesR0600,
+            hipGetLastError,
             hipGetErrorName,
             hipGetErrorString,
             hipStreamCreateWithFlags,

@@ -5,6 +5,11 @@
 //! function [`hip_core::Error::MissingSymbol`] when called. Descriptors are created per call and
 //! destroyed by RAII guards. Convolutions are `miopenConvolution` mode (cross-correlation);
 //! `alpha = 1`, `beta = 0` as `float`s (MIOpen reads them as `float` for every data type).
+//!
+//! Two ways to choose an algorithm: immediate mode (the default: `miopenConvolution*GetSolution`
+//! from MIOpen's find-db or heuristics, `*CompileSolution`, then `*Immediate` runs), and the find
+//! step (`miopenFindConvolution*Algorithm`, which benchmarks candidates, then
+//! `miopenConvolution{Forward,BackwardData}` runs). The safe layer picks one per process.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr::null_mut;
@@ -29,6 +34,9 @@ pub const SONAMES: &[&str] = &["libMIOpen.so.1", "libMIOpen.so"];
 
 /// How many algorithms the find step is asked for (the best comes first).
 const FIND_COUNT: usize = 4;
+
+/// The most immediate-mode solutions asked for (MIOpen sorts them best first).
+pub(crate) const MAX_SOLUTIONS: usize = 32;
 
 static API: OnceLock<Result<sys::MIOpen>> = OnceLock::new();
 
@@ -475,6 +483,141 @@ impl AmdHandle {
             workspace_bytes: best.memory,
             time_ms: best.time,
             math_type: 0,
+            solution_id: None,
+        })
+    }
+
+    /// Immediate mode: the solutions MIOpen offers for `p` (from its find-db when the problem
+    /// is recorded there, else from its heuristics), best first, at most [`MAX_SOLUTIONS`].
+    /// Nothing is compiled or run.
+    ///
+    /// # Safety
+    /// The handle's device is current.
+    pub(crate) unsafe fn conv_solutions(
+        &self,
+        dir: Direction,
+        p: &ConvProblem,
+    ) -> Result<Vec<ConvAlgorithm>> {
+        let d = ConvDescs::new(p)?;
+        let api = self.api;
+        let mut count = 0usize;
+        // SAFETY: every descriptor is live; `count` is a valid out-pointer.
+        unsafe {
+            match dir {
+                Direction::Forward => mio!(
+                    api,
+                    miopenConvolutionForwardGetSolutionCount(
+                        self.raw, d.w.raw, d.x.raw, d.conv.raw, d.y.raw, &mut count,
+                    )
+                ),
+                Direction::BackwardData => mio!(
+                    api,
+                    miopenConvolutionBackwardDataGetSolutionCount(
+                        self.raw, d.y.raw, d.w.raw, d.conv.raw, d.x.raw, &mut count,
+                    )
+                ),
+            }
+        }
+        .map_err(|e| e.context(describe(dir, p)))?;
+        let count = count.min(MAX_SOLUTIONS);
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut solutions = vec![sys::miopenConvSolution_t::default(); count];
+        let mut returned = 0usize;
+        // SAFETY: descriptors are live; `solutions` has room for `count` entries, the maximum
+        // passed; `returned` is a valid out-pointer.
+        unsafe {
+            match dir {
+                Direction::Forward => mio!(
+                    api,
+                    miopenConvolutionForwardGetSolution(
+                        self.raw,
+                        d.w.raw,
+                        d.x.raw,
+                        d.conv.raw,
+                        d.y.raw,
+                        count,
+                        &mut returned,
+                        solutions.as_mut_ptr(),
+                    )
+                ),
+                Direction::BackwardData => mio!(
+                    api,
+                    miopenConvolutionBackwardDataGetSolution(
+                        self.raw,
+                        d.y.raw,
+                        d.w.raw,
+                        d.conv.raw,
+                        d.x.raw,
+                        count,
+                        &mut returned,
+                        solutions.as_mut_ptr(),
+                    )
+                ),
+            }
+        }
+        .map_err(|e| e.context(describe(dir, p)))?;
+        solutions.truncate(returned.min(count));
+        Ok(solutions
+            .iter()
+            .map(|s| ConvAlgorithm {
+                id: s.algorithm as i32,
+                name: algorithm_name(dir, s.algorithm),
+                workspace_bytes: s.workspace_size,
+                time_ms: s.time,
+                math_type: 0,
+                solution_id: Some(s.solution_id),
+            })
+            .collect())
+    }
+
+    /// Immediate mode: compiles (or loads from MIOpen's kernel cache) the kernels of one
+    /// solution of [`AmdHandle::conv_solutions`], so that running it compiles nothing.
+    ///
+    /// # Safety
+    /// The handle's device is current.
+    pub(crate) unsafe fn conv_compile(
+        &self,
+        dir: Direction,
+        p: &ConvProblem,
+        solution_id: u64,
+    ) -> Result<()> {
+        let d = ConvDescs::new(p)?;
+        let api = self.api;
+        // SAFETY: every descriptor is live; the solution id is only looked up by MIOpen (an
+        // unknown one is an error status).
+        unsafe {
+            match dir {
+                Direction::Forward => mio!(
+                    api,
+                    miopenConvolutionForwardCompileSolution(
+                        self.raw,
+                        d.w.raw,
+                        d.x.raw,
+                        d.conv.raw,
+                        d.y.raw,
+                        solution_id,
+                    )
+                ),
+                Direction::BackwardData => mio!(
+                    api,
+                    miopenConvolutionBackwardDataCompileSolution(
+                        self.raw,
+                        d.y.raw,
+                        d.w.raw,
+                        d.conv.raw,
+                        d.x.raw,
+                        solution_id,
+                    )
+                ),
+            }
+        }
+        .map_err(|e| {
+            e.context(format!(
+                "compiling solution {solution_id} of {}",
+                describe(dir, p)
+            ))
         })
     }
 
@@ -493,6 +636,48 @@ impl AmdHandle {
         let alpha = (&alpha as *const f32).cast::<c_void>();
         let beta = (&beta as *const f32).cast::<c_void>();
         let api = self.api;
+        if let Some(solution) = algo.solution_id {
+            // SAFETY: descriptors are live; the caller guarantees the device pointers and a
+            // workspace of at least the solution's size; `solution` was returned by this
+            // handle's immediate-mode query for this problem and compiled on it.
+            return unsafe {
+                match dir {
+                    Direction::Forward => mio!(
+                        api,
+                        miopenConvolutionForwardImmediate(
+                            self.raw,
+                            d.w.raw,
+                            ptrs.w.cast_const(),
+                            d.x.raw,
+                            ptrs.x.cast_const(),
+                            d.conv.raw,
+                            d.y.raw,
+                            ptrs.y,
+                            ws.ptr,
+                            ws.bytes,
+                            solution,
+                        )
+                    ),
+                    Direction::BackwardData => mio!(
+                        api,
+                        miopenConvolutionBackwardDataImmediate(
+                            self.raw,
+                            d.y.raw,
+                            ptrs.y.cast_const(),
+                            d.w.raw,
+                            ptrs.w.cast_const(),
+                            d.conv.raw,
+                            d.x.raw,
+                            ptrs.x,
+                            ws.ptr,
+                            ws.bytes,
+                            solution,
+                        )
+                    ),
+                }
+            }
+            .map_err(|e| e.context(describe(dir, p)));
+        }
         // SAFETY: descriptors are live; alpha/beta point to floats that outlive the call; the
         // caller guarantees the device pointers and a workspace of at least the algorithm's size;
         // `algo` came from this handle's find step for this problem.

@@ -78,6 +78,15 @@ impl RawHandle {
         }
     }
 
+    /// MIOpen's immediate-mode calls ([`amd::AmdHandle::conv_solutions`],
+    /// [`amd::AmdHandle::conv_compile`]); `None` on cuDNN, which has no such mode.
+    pub(crate) fn immediate(&self) -> Option<&amd::AmdHandle> {
+        match self {
+            RawHandle::Amd(h) => Some(h),
+            RawHandle::Nvidia(_) => None,
+        }
+    }
+
     /// The workspace size the library asks for its find step.
     ///
     /// # Safety
@@ -120,7 +129,8 @@ impl RawHandle {
         }
     }
 
-    /// Queues the convolution with `algo` (from [`RawHandle::conv_find`] on this handle).
+    /// Queues the convolution with `algo`: from [`RawHandle::conv_find`] on this handle, or
+    /// (MIOpen, `algo.solution_id` set) an immediate-mode solution compiled on this handle.
     ///
     /// # Safety
     /// As for [`RawHandle::conv_find`]; `ws.bytes >= algo.workspace_bytes`.

@@ -850,6 +850,7 @@ impl CudnnHandle {
             workspace_bytes: best.memory,
             time_ms: best.time,
             math_type: best.math_type,
+            solution_id: None,
         })
     }
 

@@ -17,6 +17,14 @@ pub const FUNCTIONS: &[&str] = &[
     "miopenSetConvolutionGroupCount",
     "miopenGetConvolutionNdForwardOutputDim",
     "miopenDestroyConvolutionDescriptor",
+    "miopenConvolutionForwardGetSolutionCount",
+    "miopenConvolutionForwardGetSolution",
+    "miopenConvolutionForwardCompileSolution",
+    "miopenConvolutionForwardImmediate",
+    "miopenConvolutionBackwardDataGetSolutionCount",
+    "miopenConvolutionBackwardDataGetSolution",
+    "miopenConvolutionBackwardDataCompileSolution",
+    "miopenConvolutionBackwardDataImmediate",
     "miopenConvolutionForwardGetWorkSpaceSize",
     "miopenFindConvolutionForwardAlgorithm",
     "miopenConvolutionForward",
@@ -128,6 +136,12 @@ pub const miopenConvolutionBwdDataAlgoWinograd: miopenConvBwdDataAlgorithm_t = 3
 pub const miopenTransposeBwdDataAlgoGEMM: miopenConvBwdDataAlgorithm_t = 4;
 pub const miopenConvolutionBwdDataAlgoImplicitGEMM: miopenConvBwdDataAlgorithm_t = 5;
 pub type miopenConvBwdDataAlgorithm_t = ::std::os::raw::c_uint;
+pub const miopenConvolutionAlgoGEMM: miopenConvAlgorithm_t = 0;
+pub const miopenConvolutionAlgoDirect: miopenConvAlgorithm_t = 1;
+pub const miopenConvolutionAlgoFFT: miopenConvAlgorithm_t = 2;
+pub const miopenConvolutionAlgoWinograd: miopenConvAlgorithm_t = 3;
+pub const miopenConvolutionAlgoImplicitGEMM: miopenConvAlgorithm_t = 5;
+pub type miopenConvAlgorithm_t = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct miopenConvAlgoPerf_t {
@@ -174,6 +188,36 @@ const _: () = {
         [::std::mem::offset_of!(miopenConvAlgoPerf_t, memory) - 8usize];
 };
 impl Default for miopenConvAlgoPerf_t {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct miopenConvSolution_t {
+    pub time: f32,
+    pub workspace_size: usize,
+    pub solution_id: u64,
+    pub algorithm: miopenConvAlgorithm_t,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of miopenConvSolution_t"][::std::mem::size_of::<miopenConvSolution_t>() - 32usize];
+    ["Alignment of miopenConvSolution_t"][::std::mem::align_of::<miopenConvSolution_t>() - 8usize];
+    ["Offset of field: miopenConvSolution_t::time"]
+        [::std::mem::offset_of!(miopenConvSolution_t, time) - 0usize];
+    ["Offset of field: miopenConvSolution_t::workspace_size"]
+        [::std::mem::offset_of!(miopenConvSolution_t, workspace_size) - 8usize];
+    ["Offset of field: miopenConvSolution_t::solution_id"]
+        [::std::mem::offset_of!(miopenConvSolution_t, solution_id) - 16usize];
+    ["Offset of field: miopenConvSolution_t::algorithm"]
+        [::std::mem::offset_of!(miopenConvSolution_t, algorithm) - 24usize];
+};
+impl Default for miopenConvSolution_t {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -257,6 +301,108 @@ pub struct MIOpen {
     >,
     pub miopenDestroyConvolutionDescriptor: Result<
         unsafe extern "C" fn(convDesc: miopenConvolutionDescriptor_t) -> miopenStatus_t,
+        ::libloading::Error,
+    >,
+    pub miopenConvolutionForwardGetSolutionCount: Result<
+        unsafe extern "C" fn(
+            handle: miopenHandle_t,
+            wDesc: miopenTensorDescriptor_t,
+            xDesc: miopenTensorDescriptor_t,
+            convDesc: miopenConvolutionDescriptor_t,
+            yDesc: miopenTensorDescriptor_t,
+            solutionCount: *mut usize,
+        ) -> miopenStatus_t,
+        ::libloading::Error,
+    >,
+    pub miopenConvolutionForwardGetSolution: Result<
+        unsafe extern "C" fn(
+            handle: miopenHandle_t,
+            wDesc: miopenTensorDescriptor_t,
+            xDesc: miopenTensorDescriptor_t,
+            convDesc: miopenConvolutionDescriptor_t,
+            yDesc: miopenTensorDescriptor_t,
+            maxSolutionCount: usize,
+            solutionCount: *mut usize,
+            solutions: *mut miopenConvSolution_t,
+        ) -> miopenStatus_t,
+        ::libloading::Error,
+    >,
+    pub miopenConvolutionForwardCompileSolution: Result<
+        unsafe extern "C" fn(
+            handle: miopenHandle_t,
+            wDesc: miopenTensorDescriptor_t,
+            xDesc: miopenTensorDescriptor_t,
+            convDesc: miopenConvolutionDescriptor_t,
+            yDesc: miopenTensorDescriptor_t,
+            solution_id: u64,
+        ) -> miopenStatus_t,
+        ::libloading::Error,
+    >,
+    pub miopenConvolutionForwardImmediate: Result<
+        unsafe extern "C" fn(
+            handle: miopenHandle_t,
+            wDesc: miopenTensorDescriptor_t,
+            w: *const ::std::os::raw::c_void,
+            xDesc: miopenTensorDescriptor_t,
+            x: *const ::std::os::raw::c_void,
+            convDesc: miopenConvolutionDescriptor_t,
+            yDesc: miopenTensorDescriptor_t,
+            y: *mut ::std::os::raw::c_void,
+            workSpace: *mut ::std::os::raw::c_void,
+            workSpaceSize: usize,
+            solution_id: u64,
+        ) -> miopenStatus_t,
+        ::libloading::Error,
+    >,
+    pub miopenConvolutionBackwardDataGetSolutionCount: Result<
+        unsafe extern "C" fn(
+            handle: miopenHandle_t,
+            dyDesc: miopenTensorDescriptor_t,
+            wDesc: miopenTensorDescriptor_t,
+            convDesc: miopenConvolutionDescriptor_t,
+            dxDesc: miopenTensorDescriptor_t,
+            solutionCount: *mut usize,
+        ) -> miopenStatus_t,
+        ::libloading::Error,
+    >,
+    pub miopenConvolutionBackwardDataGetSolution: Result<
+        unsafe extern "C" fn(
+            handle: miopenHandle_t,
+            dyDesc: miopenTensorDescriptor_t,
+            wDesc: miopenTensorDescriptor_t,
+            convDesc: miopenConvolutionDescriptor_t,
+            dxDesc: miopenTensorDescriptor_t,
+            maxSolutionCount: usize,
+            solutionCount: *mut usize,
+            solutions: *mut miopenConvSolution_t,
+        ) -> miopenStatus_t,
+        ::libloading::Error,
+    >,
+    pub miopenConvolutionBackwardDataCompileSolution: Result<
+        unsafe extern "C" fn(
+            handle: miopenHandle_t,
+            dyDesc: miopenTensorDescriptor_t,
+            wDesc: miopenTensorDescriptor_t,
+            convDesc: miopenConvolutionDescriptor_t,
+            dxDesc: miopenTensorDescriptor_t,
+            solution_id: u64,
+        ) -> miopenStatus_t,
+        ::libloading::Error,
+    >,
+    pub miopenConvolutionBackwardDataImmediate: Result<
+        unsafe extern "C" fn(
+            handle: miopenHandle_t,
+            dyDesc: miopenTensorDescriptor_t,
+            dy: *const ::std::os::raw::c_void,
+            wDesc: miopenTensorDescriptor_t,
+            w: *const ::std::os::raw::c_void,
+            convDesc: miopenConvolutionDescriptor_t,
+            dxDesc: miopenTensorDescriptor_t,
+            dx: *mut ::std::os::raw::c_void,
+            workSpace: *mut ::std::os::raw::c_void,
+            workSpaceSize: usize,
+            solution_id: u64,
+        ) -> miopenStatus_t,
         ::libloading::Error,
     >,
     pub miopenConvolutionForwardGetWorkSpaceSize: Result<
@@ -441,6 +587,30 @@ impl MIOpen {
         let miopenDestroyConvolutionDescriptor = __library
             .get(b"miopenDestroyConvolutionDescriptor\0")
             .map(|sym| *sym);
+        let miopenConvolutionForwardGetSolutionCount = __library
+            .get(b"miopenConvolutionForwardGetSolutionCount\0")
+            .map(|sym| *sym);
+        let miopenConvolutionForwardGetSolution = __library
+            .get(b"miopenConvolutionForwardGetSolution\0")
+            .map(|sym| *sym);
+        let miopenConvolutionForwardCompileSolution = __library
+            .get(b"miopenConvolutionForwardCompileSolution\0")
+            .map(|sym| *sym);
+        let miopenConvolutionForwardImmediate = __library
+            .get(b"miopenConvolutionForwardImmediate\0")
+            .map(|sym| *sym);
+        let miopenConvolutionBackwardDataGetSolutionCount = __library
+            .get(b"miopenConvolutionBackwardDataGetSolutionCount\0")
+            .map(|sym| *sym);
+        let miopenConvolutionBackwardDataGetSolution = __library
+            .get(b"miopenConvolutionBackwardDataGetSolution\0")
+            .map(|sym| *sym);
+        let miopenConvolutionBackwardDataCompileSolution = __library
+            .get(b"miopenConvolutionBackwardDataCompileSolution\0")
+            .map(|sym| *sym);
+        let miopenConvolutionBackwardDataImmediate = __library
+            .get(b"miopenConvolutionBackwardDataImmediate\0")
+            .map(|sym| *sym);
         let miopenConvolutionForwardGetWorkSpaceSize = __library
             .get(b"miopenConvolutionForwardGetWorkSpaceSize\0")
             .map(|sym| *sym);
@@ -484,6 +654,14 @@ impl MIOpen {
             miopenSetConvolutionGroupCount,
             miopenGetConvolutionNdForwardOutputDim,
             miopenDestroyConvolutionDescriptor,
+            miopenConvolutionForwardGetSolutionCount,
+            miopenConvolutionForwardGetSolution,
+            miopenConvolutionForwardCompileSolution,
+            miopenConvolutionForwardImmediate,
+            miopenConvolutionBackwardDataGetSolutionCount,
+            miopenConvolutionBackwardDataGetSolution,
+            miopenConvolutionBackwardDataCompileSolution,
+            miopenConvolutionBackwardDataImmediate,
             miopenConvolutionForwardGetWorkSpaceSize,
             miopenFindConvolutionForwardAlgorithm,
             miopenConvolutionForward,

@@ -5,6 +5,7 @@
 //! [`hip_core::Error::MissingSymbol`] inside [`Error::Hip`]), never a panic.
 
 use std::ffi::{c_char, c_void};
+use std::path::PathBuf;
 
 use hip_core::loader::LibrarySpec;
 
@@ -12,6 +13,7 @@ use super::{c_string, missing_symbol, Compute, GemmCall, MathMode, RawHandle, Sc
 use crate::config::{GemmDtype, Operation};
 use crate::error::{Error, Result};
 use crate::sys::rocblas as sys;
+use crate::tensile::{self, TensileBase};
 
 /// How rocBLAS is named in errors.
 pub const ROCBLAS: &str = "rocBLAS (librocblas)";
@@ -92,6 +94,65 @@ pub(crate) fn native_math(mode: MathMode) -> u32 {
     }
 }
 
+/// The `flags` argument of `rocblas_gemm_strided_batched_ex`: `rocblas_gemm_flags_fp16_alt_impl`
+/// for an f16 GEMM that accumulates in f32 (rocBLAS' "HPA" kernels, the only ones with an
+/// alternate implementation) when `fp16_alt_impl` asks for it, else none. bf16 never gets it:
+/// rocBLAS documents the flag for f16 only, and bf16 has f32's exponent range, so the
+/// subnormals gfx90a's matrix instructions flush are below 1.2e-38.
+pub(crate) fn gemm_ex_flags(
+    dtype: GemmDtype,
+    compute: Compute,
+    fp16_alt_impl: bool,
+) -> sys::rocblas_gemm_flags {
+    match (dtype, compute) {
+        (GemmDtype::F16, Compute::F32) if fp16_alt_impl => sys::rocblas_gemm_flags_fp16_alt_impl,
+        _ => sys::rocblas_gemm_flags_none,
+    }
+}
+
+/// `Dl_info` (glibc, macOS): what `dladdr` reports about an address.
+#[cfg(unix)]
+#[repr(C)]
+struct DlInfo {
+    dli_fname: *const c_char,
+    dli_fbase: *mut c_void,
+    dli_sname: *const c_char,
+    dli_saddr: *mut c_void,
+}
+
+#[cfg(unix)]
+extern "C" {
+    /// `int dladdr(const void *addr, Dl_info *info)`: the shared object holding `addr`.
+    fn dladdr(addr: *const c_void, info: *mut DlInfo) -> std::ffi::c_int;
+}
+
+/// The file of the loaded shared object that holds `addr`, as the dynamic loader names it (the
+/// path it was opened by; what rocBLAS' own `dl_iterate_phdr` search sees).
+#[cfg(unix)]
+fn shared_object_of(addr: *const c_void) -> Option<PathBuf> {
+    let mut info = DlInfo {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: `info` is a valid, writable Dl_info; dladdr only reads `addr` as a number (it
+    // looks it up in the loader's tables) and writes `info`.
+    let found = unsafe { dladdr(addr, &mut info) };
+    if found == 0 {
+        return None;
+    }
+    // SAFETY: dli_fname is null or the loader's NUL-terminated name of a loaded object, valid
+    // while the object stays loaded (it is: the caller holds the library).
+    let name = unsafe { c_string(info.dli_fname) }?;
+    Some(PathBuf::from(name)).filter(|p| p.is_absolute())
+}
+
+#[cfg(not(unix))]
+fn shared_object_of(_addr: *const c_void) -> Option<PathBuf> {
+    None
+}
+
 fn operation(op: Operation) -> sys::rocblas_operation {
     match op {
         Operation::None => sys::rocblas_operation_none,
@@ -120,6 +181,28 @@ impl RocBlasLib {
     /// The function table, for the benchmark's direct calls.
     pub fn table(&self) -> &sys::RocBlas {
         &self.lib
+    }
+
+    /// The file this library was loaded from, as the dynamic loader names it.
+    pub(crate) fn library_path(&self) -> Option<PathBuf> {
+        let f = self.lib.rocblas_create_handle.as_ref().ok()?;
+        shared_object_of(*f as *const c_void)
+    }
+
+    /// The Tensile base directory this rocBLAS will use ([`tensile::resolve_base`]):
+    /// `$ROCBLAS_TENSILE_LIBPATH`, else the search next to the loaded library.
+    pub(crate) fn tensile_base(&self) -> Result<TensileBase> {
+        let env = std::env::var_os(tensile::TENSILE_LIBPATH_ENV);
+        let dir = self
+            .library_path()
+            .and_then(|p| p.parent().map(|d| d.to_path_buf()));
+        let version = self.version().ok().and_then(|v| tensile::short_version(&v));
+        Ok(tensile::resolve_base(
+            env.as_deref(),
+            dir.as_deref(),
+            version.as_deref(),
+            &|p: &std::path::Path| p.exists(),
+        ))
     }
 
     /// `Ok` for `rocblas_status_success`, else the [`Error::Blas`] for `call`.
@@ -197,6 +280,27 @@ impl RocBlasLib {
     pub(crate) unsafe fn set_math(&self, h: RawHandle, native: u32) -> Result<()> {
         // SAFETY: forwarded contract; `native` is a rocblas_math_mode from `native_math`.
         unsafe { rocblas_call!(self, rocblas_set_math_mode(h.0.cast(), native)) }
+    }
+
+    /// # Safety
+    /// See [`super::Backend::set_atomics`].
+    pub(crate) unsafe fn set_atomics(&self, h: RawHandle, allowed: bool) -> Result<()> {
+        let mode = if allowed {
+            sys::rocblas_atomics_allowed
+        } else {
+            sys::rocblas_atomics_not_allowed
+        };
+        // SAFETY: forwarded contract; `mode` is a rocblas_atomics_mode value.
+        unsafe { rocblas_call!(self, rocblas_set_atomics_mode(h.0.cast(), mode)) }
+    }
+
+    /// # Safety
+    /// See [`super::Backend::atomics_allowed`].
+    pub(crate) unsafe fn atomics_allowed(&self, h: RawHandle) -> Result<bool> {
+        let mut mode: sys::rocblas_atomics_mode = sys::rocblas_atomics_allowed;
+        // SAFETY: forwarded contract; `mode` is a valid out-pointer.
+        unsafe { rocblas_call!(self, rocblas_get_atomics_mode(h.0.cast(), &mut mode)) }?;
+        Ok(mode != sys::rocblas_atomics_not_allowed)
     }
 
     /// # Safety
@@ -359,7 +463,7 @@ impl RocBlasLib {
                             compute_datatype(call.compute),
                             sys::rocblas_gemm_algo_standard,
                             0,
-                            sys::rocblas_gemm_flags_none,
+                            gemm_ex_flags(call.dtype, call.compute, call.fp16_alt_impl),
                         )
                     )
                 }
@@ -383,6 +487,31 @@ mod tests {
         assert_eq!(status_name(4), "rocblas_status_invalid_size");
         assert_eq!(status_name(15), "rocblas_status_arch_mismatch");
         assert_eq!(status_name(99), "rocblas_status_unknown_99");
+    }
+
+    #[test]
+    fn only_f16_with_f32_accumulation_gets_the_alternate_implementation() {
+        use sys::{rocblas_gemm_flags_fp16_alt_impl as ALT, rocblas_gemm_flags_none as NONE};
+        assert_eq!(gemm_ex_flags(GemmDtype::F16, Compute::F32, true), ALT);
+        assert_eq!(gemm_ex_flags(GemmDtype::F16, Compute::F32, false), NONE);
+        // f16 accumulation (the reduced-precision opt-in) has no alternate kernels.
+        assert_eq!(gemm_ex_flags(GemmDtype::F16, Compute::F16, true), NONE);
+        assert_eq!(gemm_ex_flags(GemmDtype::BF16, Compute::F32, true), NONE);
+        assert_eq!(gemm_ex_flags(GemmDtype::F32, Compute::F32, true), NONE);
+        assert_eq!(gemm_ex_flags(GemmDtype::F64, Compute::F64, true), NONE);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn dladdr_names_the_object_of_an_address() {
+        // A function of the C library, looked up as rocBLAS' are (dlsym): its object is libc.
+        let this = libloading::os::unix::Library::this();
+        // SAFETY: only the symbol's address is used, never called.
+        let strlen = unsafe { this.get::<unsafe extern "C" fn()>(b"strlen\0") }.unwrap();
+        let p = shared_object_of(*strlen as *const c_void).expect("dladdr found nothing");
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("libc"), "{p:?}");
+        assert_eq!(shared_object_of(std::ptr::null()), None);
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub(crate) struct GemmCall {
     pub(crate) a: u64,
     pub(crate) b: u64,
     pub(crate) c: u64,
+    /// rocBLAS' alternate f16 kernels (`rocblas_gemm_flags_fp16_alt_impl`, gfx90a); the
+    /// `nvidia` backend has no such thing and ignores it.
+    pub(crate) fp16_alt_impl: bool,
 }
 
 /// The handle-wide math mode a GEMM wants.
@@ -194,6 +197,33 @@ impl Backend {
             Backend::Amd(l) => unsafe { l.set_math(h, native) },
             // SAFETY: forwarded contract.
             Backend::Nvidia(l) => unsafe { l.set_math(h, native) },
+        }
+    }
+
+    /// Allows or forbids the library's GEMM algorithms that use atomics (non-deterministic
+    /// split-K reductions): `rocblas_set_atomics_mode` / `cublasSetAtomicsMode`.
+    ///
+    /// # Safety
+    /// As [`Backend::set_math`].
+    pub(crate) unsafe fn set_atomics(&self, h: RawHandle, allowed: bool) -> Result<()> {
+        match self {
+            // SAFETY: forwarded contract.
+            Backend::Amd(l) => unsafe { l.set_atomics(h, allowed) },
+            // SAFETY: forwarded contract.
+            Backend::Nvidia(l) => unsafe { l.set_atomics(h, allowed) },
+        }
+    }
+
+    /// Whether the handle allows atomics, read back from the library.
+    ///
+    /// # Safety
+    /// As [`Backend::set_math`].
+    pub(crate) unsafe fn atomics_allowed(&self, h: RawHandle) -> Result<bool> {
+        match self {
+            // SAFETY: forwarded contract.
+            Backend::Amd(l) => unsafe { l.atomics_allowed(h) },
+            // SAFETY: forwarded contract.
+            Backend::Nvidia(l) => unsafe { l.atomics_allowed(h) },
         }
     }
 

@@ -17,8 +17,9 @@
 use std::ffi::{c_char, c_int, c_longlong, c_uint, c_void};
 
 use cudarc::cublas::sys::{
-    cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t, cublasOperation_t,
-    cublasPointerMode_t, cublasStatus_t, cudaDataType_t, cudaStream_t, libraryPropertyType_t,
+    cublasAtomicsMode_t, cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t,
+    cublasOperation_t, cublasPointerMode_t, cublasStatus_t, cudaDataType_t, cudaStream_t,
+    libraryPropertyType_t,
 };
 use hip_core::loader::LibrarySpec;
 
@@ -80,6 +81,8 @@ cublas_table! {
     cublasSetPointerMode_v2: fn(cublasHandle_t, cublasPointerMode_t) -> CublasStatus;
     cublasSetMathMode: fn(cublasHandle_t, c_uint) -> CublasStatus;
     cublasGetMathMode: fn(cublasHandle_t, *mut c_uint) -> CublasStatus;
+    cublasSetAtomicsMode: fn(cublasHandle_t, c_int) -> CublasStatus;
+    cublasGetAtomicsMode: fn(cublasHandle_t, *mut c_int) -> CublasStatus;
     cublasGetProperty: fn(libraryPropertyType_t, *mut c_int) -> CublasStatus;
     cublasGetStatusName: fn(CublasStatus) -> *const c_char;
     cublasGetStatusString: fn(CublasStatus) -> *const c_char;
@@ -281,6 +284,27 @@ impl CublasLib {
     pub(crate) unsafe fn set_math(&self, h: RawHandle, native: u32) -> Result<()> {
         // SAFETY: forwarded contract; `native` is a cublasMath_t value from `native_math`.
         unsafe { cublas_call!(self, cublasSetMathMode(h.0.cast(), native)) }
+    }
+
+    /// # Safety
+    /// See [`super::Backend::set_atomics`].
+    pub(crate) unsafe fn set_atomics(&self, h: RawHandle, allowed: bool) -> Result<()> {
+        let mode = if allowed {
+            cublasAtomicsMode_t::CUBLAS_ATOMICS_ALLOWED
+        } else {
+            cublasAtomicsMode_t::CUBLAS_ATOMICS_NOT_ALLOWED
+        } as c_int;
+        // SAFETY: forwarded contract; `mode` is a cublasAtomicsMode_t value.
+        unsafe { cublas_call!(self, cublasSetAtomicsMode(h.0.cast(), mode)) }
+    }
+
+    /// # Safety
+    /// See [`super::Backend::atomics_allowed`].
+    pub(crate) unsafe fn atomics_allowed(&self, h: RawHandle) -> Result<bool> {
+        let mut mode: c_int = 0;
+        // SAFETY: forwarded contract; `mode` is a valid out-pointer (the enum is an int in C).
+        unsafe { cublas_call!(self, cublasGetAtomicsMode(h.0.cast(), &mut mode)) }?;
+        Ok(mode != cublasAtomicsMode_t::CUBLAS_ATOMICS_NOT_ALLOWED as c_int)
     }
 
     /// # Safety

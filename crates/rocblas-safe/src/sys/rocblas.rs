@@ -11,6 +11,8 @@ pub const FUNCTIONS: &[&str] = &[
     "rocblas_get_stream",
     "rocblas_set_pointer_mode",
     "rocblas_get_pointer_mode",
+    "rocblas_set_atomics_mode",
+    "rocblas_get_atomics_mode",
     "rocblas_set_math_mode",
     "rocblas_get_math_mode",
     "rocblas_sgemm",
@@ -86,6 +88,10 @@ pub const rocblas_pointer_mode_host: rocblas_pointer_mode_ = 0;
 pub const rocblas_pointer_mode_device: rocblas_pointer_mode_ = 1;
 pub type rocblas_pointer_mode_ = ::std::os::raw::c_uint;
 pub use self::rocblas_pointer_mode_ as rocblas_pointer_mode;
+pub const rocblas_atomics_not_allowed: rocblas_atomics_mode_ = 0;
+pub const rocblas_atomics_allowed: rocblas_atomics_mode_ = 1;
+pub type rocblas_atomics_mode_ = ::std::os::raw::c_uint;
+pub use self::rocblas_atomics_mode_ as rocblas_atomics_mode;
 pub const rocblas_gemm_algo_standard: rocblas_gemm_algo_ = 0;
 pub const rocblas_gemm_algo_solution_index: rocblas_gemm_algo_ = 1;
 pub type rocblas_gemm_algo_ = ::std::os::raw::c_uint;
@@ -129,6 +135,20 @@ pub struct RocBlas {
         unsafe extern "C" fn(
             handle: rocblas_handle,
             pointer_mode: *mut rocblas_pointer_mode,
+        ) -> rocblas_status,
+        ::libloading::Error,
+    >,
+    pub rocblas_set_atomics_mode: Result<
+        unsafe extern "C" fn(
+            handle: rocblas_handle,
+            atomics_mode: rocblas_atomics_mode,
+        ) -> rocblas_status,
+        ::libloading::Error,
+    >,
+    pub rocblas_get_atomics_mode: Result<
+        unsafe extern "C" fn(
+            handle: rocblas_handle,
+            atomics_mode: *mut rocblas_atomics_mode,
         ) -> rocblas_status,
         ::libloading::Error,
     >,
@@ -324,6 +344,8 @@ impl RocBlas {
         let rocblas_get_stream = __library.get(b"rocblas_get_stream\0").map(|sym| *sym);
         let rocblas_set_pointer_mode = __library.get(b"rocblas_set_pointer_mode\0").map(|sym| *sym);
         let rocblas_get_pointer_mode = __library.get(b"rocblas_get_pointer_mode\0").map(|sym| *sym);
+        let rocblas_set_atomics_mode = __library.get(b"rocblas_set_atomics_mode\0").map(|sym| *sym);
+        let rocblas_get_atomics_mode = __library.get(b"rocblas_get_atomics_mode\0").map(|sym| *sym);
         let rocblas_set_math_mode = __library.get(b"rocblas_set_math_mode\0").map(|sym| *sym);
         let rocblas_get_math_mode = __library.get(b"rocblas_get_math_mode\0").map(|sym| *sym);
         let rocblas_sgemm = __library.get(b"rocblas_sgemm\0").map(|sym| *sym);
@@ -354,6 +376,8 @@ impl RocBlas {
             rocblas_get_stream,
             rocblas_set_pointer_mode,
             rocblas_get_pointer_mode,
+            rocblas_set_atomics_mode,
+            rocblas_get_atomics_mode,
             rocblas_set_math_mode,
             rocblas_get_math_mode,
             rocblas_sgemm,

@@ -126,6 +126,32 @@ fn sum_ok<T: TT>(got: T, want: f64, sum_abs: f64, n: usize) -> bool {
     (g - want).abs() <= tol
 }
 
+/// An f64 sum with Neumaier's compensation: the reference for long sums (a plain left-to-right
+/// f64 sum of 2^18 equal terms drifts further from the exact value than the tolerance allows).
+fn compensated_sum(xs: impl Iterator<Item = f64>) -> f64 {
+    let (mut sum, mut c) = (0f64, 0f64);
+    for x in xs {
+        let t = sum + x;
+        if !t.is_finite() {
+            // Infinities and NaNs: the plain sum's value (no compensation to keep).
+            sum = t;
+            c = 0.0;
+            continue;
+        }
+        if sum.abs() >= x.abs() {
+            c += (sum - t) + x;
+        } else {
+            c += (x - t) + sum;
+        }
+        sum = t;
+    }
+    if sum.is_finite() {
+        sum + c
+    } else {
+        sum
+    }
+}
+
 /// Runs one (op, case, layout) and checks it; returns whether a kernel had work to do.
 fn check_reduce<T: TT>(
     s: &Stream,
@@ -195,7 +221,7 @@ fn check_reduce<T: TT>(
         if op == ReduceOp::Sum {
             for (i, (g, xs)) in got.iter().zip(&groups).enumerate() {
                 if T::IS_FLOAT {
-                    let want: f64 = xs.iter().map(|x| x.to_f64()).sum();
+                    let want = compensated_sum(xs.iter().map(|x| x.to_f64()));
                     let sum_abs: f64 = xs.iter().map(|x| x.to_f64().abs()).sum();
                     assert!(
                         sum_ok(*g, want, sum_abs, xs.len()),
@@ -362,4 +388,412 @@ fn reduce_invalid_calls_are_errors() {
     .expect("empty min");
     assert!(empty.untouched());
     println!("reduce errors: 7 invalid calls rejected before any launch, empty output Ok");
+}
+
+// ------------------------------------------------------------------------------------------
+// Split (two-pass) reductions
+// ------------------------------------------------------------------------------------------
+
+/// How a split case's input is filled (before `patch`).
+#[derive(Clone, Copy, Debug)]
+enum Fill<T> {
+    /// [`gen_reduce_input`]: ties, signed zeros, full-range integers.
+    Mixed,
+    /// Integers 0 to 3: float sums stay exact (or nearly, past 2^24) in every order, so a
+    /// lost or doubled part (1/G of the sum) shows far above the tolerance.
+    Small,
+    /// Every element this value.
+    Const(T),
+}
+
+/// One reduction through [`rd::reduce`] (which splits where it may) and through
+/// [`rd::reduce_single_pass`] on the same input: both checked against the host reference (exact
+/// for min/max and integer sums; f64 sums for floats), and the two bit for bit against each
+/// other for min/max and integer sums. `rdims` must be the trailing dims (the reference groups
+/// the row-major elements by output). `patch` sets elements by row-major index. Asserts that
+/// the split is planned on this device exactly when `want_split`; returns the parts.
+#[allow(clippy::too_many_arguments)]
+fn check_split<T: TT>(
+    s: &Stream,
+    op: ReduceOp,
+    dims: &[usize],
+    rdims: &[usize],
+    kind: Kind,
+    fill: Fill<T>,
+    patch: &[(usize, T)],
+    want_split: bool,
+) -> Option<usize> {
+    let r = dims.len();
+    assert!(
+        rdims.iter().copied().eq(r - rdims.len()..r),
+        "check_split takes trailing reduce dims, not {rdims:?}"
+    );
+    let view = make_view(dims, kind);
+    let label = format!(
+        "split {}_{} over {rdims:?} of {} ({fill:?}, {} patched)",
+        op.name(),
+        T::NAME,
+        view.describe(),
+        patch.len()
+    );
+    let seed = seed_for(&label);
+    let ctx = format!("{label} (seed {seed:#x})");
+    let mut rng = Lcg::new(seed);
+    let mut host: Vec<T> = (0..view.buf_len)
+        .map(|_| match fill {
+            Fill::Mixed => gen_reduce_input::<T>(&mut rng, false),
+            Fill::Small => T::from_f64(rng.below(4) as f64),
+            Fill::Const(v) => v,
+        })
+        .collect();
+    let positions = view.positions();
+    for &(i, v) in patch {
+        host[positions[i]] = v;
+    }
+    let values: Vec<T> = positions.iter().map(|&p| host[p]).collect();
+    drop(positions);
+    let buf = s.alloc_from_host(&host).expect("upload");
+    drop(host);
+    let src = || Strided::new(buf.slice(view.offset..).expect("view"), &view.strides);
+    let red_n: usize = dims[r - rdims.len()..].iter().product();
+    let out_n = numel(dims) / red_n;
+
+    let parts = rd::split_parts::<T>(&s.device(), op, dims, &view.strides, rdims)
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    assert_eq!(
+        parts.is_some(),
+        want_split,
+        "{ctx}: planned parts {parts:?}"
+    );
+
+    let mut split_out = Output::<T>::new(s, out_n);
+    rd::reduce(s, op, dims, src(), rdims, &mut split_out.view())
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let mut single_out = Output::<T>::new(s, out_n);
+    rd::reduce_single_pass(s, op, dims, src(), rdims, &mut single_out.view())
+        .unwrap_or_else(|e| panic!("{ctx} (single pass): {e}"));
+    let got = split_out.read(&ctx);
+    let single = single_out.read(&format!("{ctx} (single pass)"));
+
+    for (o, xs) in values.chunks(red_n).enumerate() {
+        let (g, g1) = (got[o], single[o]);
+        if op == ReduceOp::Sum && T::IS_FLOAT {
+            let want = compensated_sum(xs.iter().map(|x| x.to_f64()));
+            let sum_abs: f64 = xs.iter().map(|x| x.to_f64().abs()).sum();
+            // Tighter than sum_ok when the terms are small integers (Fill::Small, Const):
+            // f32 sums of them are exact up to 2^24, within a few ulps of the total beyond.
+            let tight = !matches!(fill, Fill::Mixed);
+            for (what, v) in [("split", g), ("single pass", g1)] {
+                let ok = sum_ok(v, want, sum_abs, xs.len())
+                    && (!tight || want.is_nan() || (v.to_f64() - want).abs() <= 1e-5 * sum_abs);
+                assert!(
+                    ok,
+                    "{ctx}: [{o}] {what} got {v:?} want {want} (sum of |x| {sum_abs}, n {})",
+                    xs.len()
+                );
+            }
+        } else {
+            let want = if op == ReduceOp::Sum {
+                T::from_i128(xs.iter().map(|x| x.to_i128()).sum())
+            } else {
+                fold_ref(xs, op == ReduceOp::Min).0
+            };
+            compare(&ctx, &[g], &[Want::Exact(want)], 0.0, 0.0);
+            assert_eq!(
+                g.bits(),
+                g1.bits(),
+                "{ctx}: [{o}] split {g:?} vs single pass {g1:?}"
+            );
+        }
+    }
+    println!("{ctx}: {out_n} outputs of {red_n}, parts {parts:?}");
+    parts
+}
+
+/// The split path on the shapes: 2^26 f32 summed and maxed (the max case puts a NaN
+/// first in the second half: the `_part` kernels keep it from hiding that half), 2^26 i32
+/// max/min, (3, 2^22) over dim 1, transposed inputs,
+/// awkward factors (2 * 3 * 99991), NaNs, all negative zeros.
+#[test]
+#[ignore = "needs a GPU"]
+fn reduce_split_large() {
+    let s = stream();
+    let mut cases = 0;
+    let n = 1usize << 26;
+    // Full reductions of 2^26 elements.
+    check_split::<f32>(
+        &s,
+        ReduceOp::Sum,
+        &[n],
+        &[0],
+        Kind::Contiguous,
+        Fill::Small,
+        &[],
+        true,
+    );
+    check_split::<f32>(
+        &s,
+        ReduceOp::Max,
+        &[n],
+        &[0],
+        Kind::Contiguous,
+        Fill::Mixed,
+        &[(n / 2, f32::NAN), (n / 2 + 1, 100.0)],
+        true,
+    );
+    check_split::<i32>(
+        &s,
+        ReduceOp::Max,
+        &[n],
+        &[0],
+        Kind::Contiguous,
+        Fill::Mixed,
+        &[],
+        true,
+    );
+    check_split::<i32>(
+        &s,
+        ReduceOp::Min,
+        &[n],
+        &[0],
+        Kind::Offset,
+        Fill::Mixed,
+        &[],
+        true,
+    );
+    check_split::<i32>(
+        &s,
+        ReduceOp::Sum,
+        &[n],
+        &[0],
+        Kind::Contiguous,
+        Fill::Mixed,
+        &[],
+        true,
+    );
+    cases += 5;
+    // (3, 2^22) over dim 1: contiguous, and transposed (kept stride 1, reduced stride 3: the
+    // layout-info path with the parts as an extra kept dim).
+    let dims = [3usize, 1 << 22];
+    for kind in [Kind::Contiguous, Kind::Transposed] {
+        check_split::<f32>(&s, ReduceOp::Sum, &dims, &[1], kind, Fill::Small, &[], true);
+        check_split::<f64>(&s, ReduceOp::Sum, &dims, &[1], kind, Fill::Mixed, &[], true);
+        check_split::<i32>(&s, ReduceOp::Max, &dims, &[1], kind, Fill::Mixed, &[], true);
+        check_split::<f32>(&s, ReduceOp::Max, &dims, &[1], kind, Fill::Mixed, &[], true);
+        cases += 4;
+    }
+    // A transposed (4096, 2048) reduced over everything: one contiguous run once the split
+    // path orders the reduced dims by stride.
+    let dims = [2048usize, 4096];
+    for kind in [Kind::Transposed, Kind::Narrowed] {
+        check_split::<f32>(
+            &s,
+            ReduceOp::Sum,
+            &dims,
+            &[0, 1],
+            kind,
+            Fill::Small,
+            &[],
+            true,
+        );
+        check_split::<i32>(
+            &s,
+            ReduceOp::Min,
+            &dims,
+            &[0, 1],
+            kind,
+            Fill::Mixed,
+            &[],
+            true,
+        );
+        cases += 2;
+    }
+    // Awkward factors: 6 parts of 2 * 3 * 99991, 3 of 3 * 99991 per row, none of the prime.
+    let awkward = 2 * 3 * 99_991;
+    for kind in [Kind::Contiguous, Kind::Offset] {
+        check_split::<f32>(
+            &s,
+            ReduceOp::Sum,
+            &[awkward],
+            &[0],
+            kind,
+            Fill::Small,
+            &[],
+            true,
+        );
+        check_split::<u8>(
+            &s,
+            ReduceOp::Sum,
+            &[awkward],
+            &[0],
+            kind,
+            Fill::Mixed,
+            &[],
+            true,
+        );
+        check_split::<i16>(
+            &s,
+            ReduceOp::Max,
+            &[awkward],
+            &[0],
+            kind,
+            Fill::Mixed,
+            &[],
+            true,
+        );
+        cases += 3;
+    }
+    for (dims, split) in [([2usize, 3 * 99_991], true), ([6, 99_991], false)] {
+        check_split::<f32>(
+            &s,
+            ReduceOp::Sum,
+            &dims,
+            &[1],
+            Kind::Rotated,
+            Fill::Small,
+            &[],
+            split,
+        );
+        check_split::<u32>(
+            &s,
+            ReduceOp::Min,
+            &dims,
+            &[1],
+            Kind::Transposed,
+            Fill::Mixed,
+            &[],
+            split,
+        );
+        cases += 2;
+    }
+    // NaNs: sums turn NaN, min/max follow Candle's fold (bit-identical to the single pass).
+    let m = 1usize << 22;
+    let nans = [(12_345, f32::NAN), (m / 2, f32::NAN), (m - 1, f32::NAN)];
+    check_split::<f32>(
+        &s,
+        ReduceOp::Sum,
+        &[m],
+        &[0],
+        Kind::Contiguous,
+        Fill::Small,
+        &nans,
+        true,
+    );
+    check_split::<f64>(
+        &s,
+        ReduceOp::Sum,
+        &[2, m],
+        &[1],
+        Kind::Transposed,
+        Fill::Small,
+        &[(m + 7, f64::NAN)],
+        true,
+    );
+    check_split::<f32>(
+        &s,
+        ReduceOp::Max,
+        &[m],
+        &[0],
+        Kind::Contiguous,
+        Fill::Mixed,
+        &nans,
+        true,
+    );
+    check_split::<f32>(
+        &s,
+        ReduceOp::Min,
+        &[m],
+        &[0],
+        Kind::Contiguous,
+        Fill::Mixed,
+        &[(0, f32::NAN)],
+        true,
+    );
+    cases += 4;
+    // Signed zeros: the max of all -0.0 is -0.0; of +0.0 with one -0.0 first, that -0.0.
+    check_split::<f32>(
+        &s,
+        ReduceOp::Max,
+        &[m],
+        &[0],
+        Kind::Contiguous,
+        Fill::Const(-0.0),
+        &[],
+        true,
+    );
+    check_split::<f64>(
+        &s,
+        ReduceOp::Max,
+        &[3, m],
+        &[1],
+        Kind::Contiguous,
+        Fill::Const(-0.0),
+        &[],
+        true,
+    );
+    check_split::<f32>(
+        &s,
+        ReduceOp::Max,
+        &[m],
+        &[0],
+        Kind::Contiguous,
+        Fill::Const(0.0),
+        &[(0, -0.0)],
+        true,
+    );
+    check_split::<f32>(
+        &s,
+        ReduceOp::Sum,
+        &[m],
+        &[0],
+        Kind::Contiguous,
+        Fill::Const(-0.0),
+        &[],
+        true,
+    );
+    cases += 4;
+    println!("reduce split: {cases} cases");
+}
+
+/// Every (op, dtype) pair on a shape that splits when the op may: sums of every dtype but
+/// f16/bf16, min/max of every dtype; the others (f16/bf16 sums, argmin/argmax) stay in one
+/// pass.
+#[test]
+#[ignore = "needs a GPU"]
+fn reduce_split_every_dtype() {
+    fn for_dtype<T: TT>(s: &Stream, pairs: &mut Vec<String>) {
+        let dims = [3usize, 1 << 18];
+        for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
+            let split = match op {
+                ReduceOp::Sum => !matches!(T::NAME, "f16" | "bf16"),
+                _ => true,
+            };
+            for kind in [Kind::Contiguous, Kind::Mixed] {
+                check_split::<T>(s, op, &dims, &[1], kind, Fill::Mixed, &[], split);
+            }
+            if split {
+                pairs.push(format!("{}_{}", op.name(), T::NAME));
+            }
+        }
+        for op in [ReduceOp::ArgMin, ReduceOp::ArgMax] {
+            let parts = rd::split_parts::<T>(&s.device(), op, &dims, &[1 << 18, 1], &[1]);
+            assert!(matches!(parts, Ok(None)), "{op:?} {}: {parts:?}", T::NAME);
+        }
+    }
+    let s = stream();
+    let mut pairs = Vec::new();
+    for_dtype::<u8>(&s, &mut pairs);
+    for_dtype::<u32>(&s, &mut pairs);
+    for_dtype::<i16>(&s, &mut pairs);
+    for_dtype::<i32>(&s, &mut pairs);
+    for_dtype::<i64>(&s, &mut pairs);
+    for_dtype::<bf16>(&s, &mut pairs);
+    for_dtype::<f16>(&s, &mut pairs);
+    for_dtype::<f32>(&s, &mut pairs);
+    for_dtype::<f64>(&s, &mut pairs);
+    println!(
+        "reduce split: {} (op, dtype) pairs split: {}",
+        pairs.len(),
+        pairs.join(" ")
+    );
 }
