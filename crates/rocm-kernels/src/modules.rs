@@ -14,10 +14,8 @@
 //! * otherwise, and always on `nvidia`, the full source is compiled at run time through hip-core
 //!   (hipRTC / NVRTC) and its on-disk cache.
 //!
-//! [`load_path`] says which way a module was loaded, and why it was JIT-compiled. The first
-//! run-time compilation on a device starts compiling every other module in the background, in
-//! parallel ([`PREFETCH_VAR`]); a module that is being compiled when an op needs it is waited
-//! for, never compiled twice.
+//! [`load_path`] says which way a module was loaded, and why it was JIT-compiled. A module
+//! that is being compiled when another thread needs it is waited for, never compiled twice.
 //! `ROCM_KERNELS_JIT=1` forces run-time compilation (to compare the two, or to bypass a bad
 //! bundle).
 
@@ -244,15 +242,10 @@ fn static_name(name: &str) -> Result<&'static str> {
 
 /// Module `name` loaded on `device` (loaded on first use, then cached): its ahead-of-time code
 /// object where there is a fresh one for the device, else JIT-compiled (see the module docs).
-/// The first module a device has to JIT-compile starts the compilation of all the others in
-/// the background ([`PREFETCH_VAR`]).
+/// Threads that need a module while it is being compiled wait for that one compilation.
 pub fn module(device: &Device, name: &str) -> Result<Module> {
     let name = static_name(name)?;
-    let (m, path) = load_once(device, name)?;
-    if matches!(path, LoadPath::Jit { .. }) {
-        start_prefetch(device);
-    }
-    Ok(m)
+    Ok(load_once(device, name)?.0)
 }
 
 /// Loads `name` on `device` once (concurrent callers wait for the one load). A failure is not
@@ -271,51 +264,6 @@ fn load_once(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> 
         }
     }
     result
-}
-
-/// `ROCM_KERNELS_PREFETCH=0` turns off the background compilation of every module that starts
-/// when a device first needs a run-time compilation. By default it runs, on up to half the
-/// machine's cores (at most 8 threads): a model touches most modules within its first forward
-/// pass, and compiled one at a time they cost the sum of their compile times, in parallel about
-/// the longest one. Modules already cached on disk or loaded ahead of time cost next to nothing.
-pub const PREFETCH_VAR: &str = "ROCM_KERNELS_PREFETCH";
-
-/// Starts the background compilation of every module on `device`, once per device.
-fn start_prefetch(device: &Device) {
-    static STARTED: OnceLock<Mutex<Vec<usize>>> = OnceLock::new();
-    if std::env::var(PREFETCH_VAR).is_ok_and(|v| v == "0") {
-        return;
-    }
-    {
-        let mut started = STARTED.get_or_init(|| Mutex::new(Vec::new())).lock();
-        if started.contains(&device.ordinal()) {
-            return;
-        }
-        started.push(device.ordinal());
-    }
-    let device = *device;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get() / 2)
-        .clamp(1, 8);
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for _ in 0..threads {
-        let next = next.clone();
-        // Detached workers: each takes the next module not yet claimed; load errors are not
-        // kept (the op that needs the module reports its own).
-        let spawned = std::thread::Builder::new()
-            .name("rocm-kernels-prefetch".into())
-            .spawn(move || loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((name, _)) = MODULE_SOURCES.get(i) else {
-                    break;
-                };
-                let _ = load_once(&device, name);
-            });
-        if spawned.is_err() {
-            // No thread to spare: modules load on first use as before.
-            break;
-        }
-    }
 }
 
 fn load(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
