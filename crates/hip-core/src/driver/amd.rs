@@ -19,7 +19,7 @@ use super::{
     RawModule, RawStream,
 };
 use crate::error::{Error, Result};
-use crate::loader::LibrarySpec;
+use crate::loader::{rocm_search_dirs, LibrarySpec, RocmSearchEnv};
 use crate::sys::{hip, hiprtc};
 
 /// How the HIP runtime is named in errors.
@@ -634,7 +634,12 @@ impl Driver for AmdDriver {
         let c_source = CString::new(source).map_err(|_| nul("the source"))?;
         let c_name = CString::new(program).map_err(|_| nul("the program name"))?;
         let mut all = vec![format!("--offload-arch={arch}"), "-O3".to_string()];
+        // hipRTC compiles with `-nogpuinc` and looks for the HIP headers under `$ROCM_PATH`
+        // only: name the headers of the ROCm we loaded from (caller's `-I` options come first).
         all.extend(options.iter().cloned());
+        if let Some(dir) = hip_include_dir(&rocm_search_dirs(&RocmSearchEnv::from_env())) {
+            all.push(format!("-I{}", dir.display()));
+        }
         let c_options = all
             .iter()
             .map(|o| CString::new(o.as_str()).map_err(|_| nul("an option")))
@@ -668,10 +673,14 @@ impl Driver for AmdDriver {
         }?;
         if code != hiprtc::HIPRTC_SUCCESS {
             let log = program_guard.log().unwrap_or_default();
+            let mut log = compile_failure_log(code, &rtc_error_name(rtc, code), &log);
+            if let Some(hint) = missing_headers_hint(&log) {
+                log = format!("{hint}\n{log}");
+            }
             return Err(Error::Compile {
                 program: program.to_string(),
                 arch: arch.to_string(),
-                log: compile_failure_log(code, &rtc_error_name(rtc, code), &log),
+                log,
             });
         }
 
@@ -789,6 +798,29 @@ fn rtc_error_message(code: hiprtc::hiprtcResult) -> &'static str {
 
 /// The log of a failed `hiprtcCompileProgram`: the compiler's own output, prefixed with the
 /// result when it is not a plain compilation error (a bad option, say).
+/// The first `include/` beside a ROCm library directory we search (`$ROCM_PATH/lib`, the ROCm
+/// wheels, `/opt/rocm/lib`, ...) that holds `hip/hip_runtime.h`.
+fn hip_include_dir(lib_dirs: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
+    lib_dirs
+        .iter()
+        .filter_map(|lib| lib.parent().map(|root| root.join("include")))
+        .find(|inc| inc.join("hip").join("hip_runtime.h").is_file())
+}
+
+/// One sentence for a compile log that shows the HIP headers missing (`'hip/...' file not
+/// found`): which package provides them.
+fn missing_headers_hint(log: &str) -> Option<String> {
+    let missing = log
+        .lines()
+        .any(|l| l.contains("file not found") && (l.contains("'hip/") || l.contains("\"hip/")));
+    missing.then(|| {
+        "hipRTC cannot find the HIP headers (hip/hip_runtime.h): install them (ROCm: the \
+         `hip-dev` / `rocm-hip-runtime-dev` package; Debian: `libamdhip64-dev`; `cargo xtask \
+         install-rocm` installs them) or point ROCM_PATH at a ROCm with `include/hip`."
+            .to_string()
+    })
+}
+
 fn compile_failure_log(code: hiprtc::hiprtcResult, name: &str, log: &str) -> String {
     let log = log.trim_end();
     if code == hiprtc::HIPRTC_ERROR_COMPILATION && !log.is_empty() {
@@ -1024,6 +1056,23 @@ mod tests {
             }
         ));
         assert!(e.to_string().contains("libamdhip64"), "{e}");
+    }
+
+    #[test]
+    fn hip_headers_are_found_beside_a_library_dir_and_their_absence_is_named() {
+        let root = std::env::temp_dir().join(format!("hip-core-inc-{}", std::process::id()));
+        let (with, without) = (root.join("with"), root.join("without"));
+        std::fs::create_dir_all(with.join("include/hip")).unwrap();
+        std::fs::create_dir_all(with.join("lib")).unwrap();
+        std::fs::create_dir_all(without.join("lib")).unwrap();
+        std::fs::write(with.join("include/hip/hip_runtime.h"), "").unwrap();
+        let dirs = [without.join("lib"), with.join("lib")];
+        assert_eq!(hip_include_dir(&dirs), Some(with.join("include")));
+        assert_eq!(hip_include_dir(&dirs[..1]), None);
+        std::fs::remove_dir_all(&root).unwrap();
+        let log = "module.hip:3:10: fatal error: 'hip/hip_runtime.h' file not found";
+        assert!(missing_headers_hint(log).unwrap().contains("hip-dev"));
+        assert!(missing_headers_hint("error: use of undeclared identifier 'x'").is_none());
     }
 
     #[test]
