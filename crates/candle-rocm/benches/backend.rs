@@ -2,7 +2,9 @@
 //!
 //! * `host_overhead`: one 1-element `add` end to end through `BackendStorage::binary_impl`
 //!   (validation, output allocation from the caching allocator, launch), host time per op,
-//!   beside an empty `synchronize` of the device;
+//!   beside an empty `synchronize` of the device, and its parts alone (`part_*`: a cached
+//!   allocation, the kernel lookup, the bare launch through hip-core, the rocm-kernels wrapper
+//!   into an existing output);
 //! * `matmul`: (4096 x 4096) x (4096 x 4096) in f32/bf16/f16 and the batched attention shape
 //!   32 x (2048 x 128) x (128 x 2048) in bf16/f16 through `BackendStorage::matmul`, beside the
 //!   same GEMM called directly through rocblas-safe (throughput = FLOPs, 2 m n k per matrix).
@@ -77,6 +79,80 @@ fn host_overhead(c: &mut Criterion) {
             host
         })
     });
+    // Where the time goes: the pieces of the op above, each alone (host time per call).
+    let stream = dev.stream();
+    let device = stream.device();
+    let (ab, bb) = (buffer::<f32>(&a), buffer::<f32>(&b));
+    let mut host_per = |name: &str, mut op: Box<dyn FnMut() + '_>| {
+        g.bench_function(name, |bch| {
+            bch.iter_custom(|n| {
+                dev.synchronize().unwrap();
+                let t = Instant::now();
+                for _ in 0..n {
+                    op();
+                }
+                let host = t.elapsed();
+                dev.synchronize().unwrap();
+                host
+            })
+        });
+    };
+    host_per(
+        "part_alloc_free_1_f32",
+        Box::new(|| {
+            std::hint::black_box(stream.alloc::<f32>(1).unwrap());
+        }),
+    );
+    host_per(
+        "part_kernel_lookup",
+        Box::new(|| {
+            std::hint::black_box(
+                rocm_kernels::modules::function(&device, "binary", "badd_f32").unwrap(),
+            );
+        }),
+    );
+    let f = rocm_kernels::modules::function(&device, "binary", "badd_f32").unwrap();
+    let mut raw_out = stream.alloc::<f32>(1).unwrap();
+    host_per(
+        "part_raw_launch",
+        Box::new(move || {
+            let config = hip_core::LaunchConfig {
+                grid: [1, 1, 1],
+                block: [64, 1, 1],
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: badd_f32 takes (u64 numel, u64 num_dims, const u64* info, const f32* lhs,
+            // const f32* rhs, f32* out); with numel 1 and a null info it reads lhs[0], rhs[0]
+            // and writes out[0], all one-element buffers alive until the device synchronizes
+            // after the timed loop.
+            unsafe {
+                f.builder(stream, config)
+                    .arg(1u64)
+                    .arg(1u64)
+                    .arg(hip_core::NullPtr)
+                    .arg(ab.as_slice())
+                    .arg(bb.as_slice())
+                    .arg(&mut raw_out.as_mut_slice())
+                    .launch()
+                    .unwrap();
+            }
+        }),
+    );
+    let mut out = stream.alloc::<f32>(1).unwrap();
+    host_per(
+        "part_kernel_wrapper_into_existing_output",
+        Box::new(move || {
+            rocm_kernels::elementwise::binary(
+                stream,
+                rocm_kernels::elementwise::BinaryOp::Add,
+                &[1],
+                rocm_kernels::elementwise::Strided::new(ab.as_slice(), &[1]),
+                rocm_kernels::elementwise::Strided::new(bb.as_slice(), &[1]),
+                &mut out.as_mut_slice(),
+            )
+            .unwrap();
+        }),
+    );
     g.finish();
 }
 

@@ -35,11 +35,11 @@ pub const BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
 pub const COMPRESSED_MAGIC: &[u8; 4] = b"CCOB";
 
 /// The processors `cargo xtask build-kernels` builds for by default (those its compiler
-/// supports): CDNA2/3/4 (MI200, MI300, MI350), RDNA2 (gfx1030), RDNA3 (gfx1100-1102), RDNA3.5
-/// (gfx1151) and RDNA4 (gfx1200/1201).
+/// supports): CDNA1 (MI100, gfx908), CDNA2/3/4 (MI200, MI300, MI350), RDNA2 (gfx1030), RDNA3
+/// (gfx1100-1102), RDNA3.5 (gfx1151) and RDNA4 (gfx1200/1201).
 pub const DEFAULT_ARCHS: &[&str] = &[
-    "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1151", "gfx1200",
-    "gfx1201",
+    "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1151",
+    "gfx1200", "gfx1201",
 ];
 
 /// `e_machine` of an AMDGPU ELF code object.
