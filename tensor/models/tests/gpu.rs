@@ -316,7 +316,9 @@ fn caching_allocator() -> bool {
         .map(|d| d.allocator().is_caching())
         .unwrap_or(true);
     if !caching {
-        println!("no-caching mode (HIP_CORE_NO_CACHING): every free waits; wait counts not checked");
+        println!(
+            "no-caching mode (HIP_CORE_NO_CACHING): every free waits; wait counts not checked"
+        );
     }
     caching
 }
