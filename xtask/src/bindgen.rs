@@ -44,6 +44,9 @@ struct Spec {
     /// Types taken from another bindings module instead of being generated: `(path, names)`,
     /// e.g. `("crate::sys::hip", &["hipStream_t", "ihipStream_t"])`.
     reuse: &'static [(&'static str, &'static [&'static str])],
+    /// Types generated as opaque blobs of the right size and alignment (regexes): structs whose
+    /// fields nothing reads, e.g. bit fields whose accessors would be unsafe code of bindgen's.
+    opaque: &'static [&'static str],
 }
 
 /// Every bindings file the workspace commits.
@@ -102,6 +105,7 @@ const SPECS: &[Spec] = &[
             "hipDeviceAttribute_t",
             "hipFunction_attribute",
             "hipDeviceProp_tR0600",
+            "hipDeviceArch_t",
         ],
         vars: &[
             "hipStream(Default|NonBlocking)",
@@ -110,6 +114,7 @@ const SPECS: &[Spec] = &[
             "HIP_VERSION(_MAJOR|_MINOR|_PATCH)?",
         ],
         reuse: &[],
+        opaque: &["hipDeviceArch_t"],
     },
     Spec {
         name: "hiprtc",
@@ -138,6 +143,7 @@ const SPECS: &[Spec] = &[
         // hipRTC's calls above use no HIP type; were one added (e.g. the hiprtcLink* calls use
         // `hipJitOption`), list it here: ("crate::sys::hip", &["hipJitOption"]).
         reuse: &[],
+        opaque: &[],
     },
     Spec {
         name: "rocblas",
@@ -181,6 +187,7 @@ const SPECS: &[Spec] = &[
         vars: &["ROCBLAS_VERSION_(MAJOR|MINOR|PATCH)"],
         // One `hipStream_t` in the whole workspace: rocblas_set_stream takes hip-core's.
         reuse: &[("hip_core::sys::hip", &["hipStream_t", "ihipStream_t"])],
+        opaque: &[],
     },
     Spec {
         name: "miopen",
@@ -236,6 +243,7 @@ const SPECS: &[Spec] = &[
         vars: &[],
         // One `hipStream_t` in the whole workspace: miopenCreateWithStream takes hip-core's.
         reuse: &[("hip_core::sys::hip", &["hipStream_t", "ihipStream_t"])],
+        opaque: &[],
     },
 ];
 
@@ -412,6 +420,9 @@ fn generate(spec: &Spec, include: &Path, version: &str) -> Result<String, String
     for v in spec.vars {
         builder = builder.allowlist_var(format!("^({v})$"));
     }
+    for t in spec.opaque {
+        builder = builder.opaque_type(format!("^({t})$"));
+    }
     let mut uses = Vec::new();
     for (module, names) in spec.reuse {
         for n in *names {
@@ -475,7 +486,40 @@ fn generate(spec: &Spec, include: &Path, version: &str) -> Result<String, String
             .join(", ")
     ));
     text.push_str(&body);
-    rustfmt(&text)
+    annotate_unsafe(&rustfmt(&text)?, spec.name)
+}
+
+/// The `// SAFETY:` line put before the `unsafe` block of every zero-filling `Default` impl
+/// bindgen writes (`MaybeUninit::uninit()`, `write_bytes(.., 0, 1)`, `assume_init()`).
+const ZEROED_DEFAULT_SAFETY: &str = "// SAFETY: every field of this plain C struct (integers, \
+     floats, raw pointers, arrays and structs of those) is valid as all-zero bytes, which \
+     write_bytes gives before assume_init.";
+
+/// Documents the `unsafe` blocks of bindgen's output: each zero-filling `Default` impl gets
+/// [`ZEROED_DEFAULT_SAFETY`]; any other `unsafe` block is an error naming the line, so that a
+/// new kind of generated unsafe code is looked at (and documented here) before it is committed.
+fn annotate_unsafe(text: &str, name: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len() + 4096);
+    let mut previous = "";
+    for (i, line) in text.lines().enumerate() {
+        let code = line.trim_start();
+        let is_block = code.starts_with("unsafe {") || code.contains("= unsafe {");
+        if is_block {
+            if !previous.contains("MaybeUninit::<Self>::uninit()") {
+                return Err(format!(
+                    "{name}: bindgen wrote an unsafe block at line {} that has no SAFETY text \
+                     in xtask/src/bindgen.rs: `{code}`",
+                    i + 1
+                ));
+            }
+            let indent = &line[..line.len() - code.len()];
+            out.push_str(&format!("{indent}{ZEROED_DEFAULT_SAFETY}\n"));
+        }
+        out.push_str(line);
+        out.push('\n');
+        previous = line;
+    }
+    Ok(out)
 }
 
 /// The function fields of the dynamic-loading struct, in order.

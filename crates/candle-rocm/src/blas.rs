@@ -155,29 +155,9 @@ impl RocmDevice {
         if n == 0 {
             return Ok(out);
         }
-        // The elements the view reaches: from its start offset to its last element.
-        let span = layout
-            .dims()
-            .iter()
-            .zip(layout.stride())
-            .map(|(&d, &s)| (d - 1) * s)
-            .sum::<usize>()
-            + 1;
-        let start = layout.start_offset();
-        let data = start
-            .checked_add(span)
-            .filter(|&end| end <= slice.len())
-            .and_then(|end| slice.slice(start..end).ok())
-            .ok_or_else(|| {
-                RocmError::layout(
-                    op,
-                    format!(
-                        "the operand's view (offset {start}, {span} elements) does not fit in \
-                         its {} elements",
-                        slice.len()
-                    ),
-                )
-            })?;
+        // The elements the view reaches (checked against the slice, as every op does).
+        let range = crate::layout::layout_range(op, layout, slice.len())?.unwrap_or(0..0);
+        let data = slice.slice(range).map_err(hip_err(op))?;
         rocm_kernels::elementwise::copy_strided(
             self.stream(),
             layout.dims(),

@@ -172,6 +172,7 @@ const _: () = {
 impl Default for miopenConvAlgoPerf_t__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: every field of this plain C struct (integers, floats, raw pointers, arrays and structs of those) is valid as all-zero bytes, which write_bytes gives before assume_init.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -190,6 +191,7 @@ const _: () = {
 impl Default for miopenConvAlgoPerf_t {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: every field of this plain C struct (integers, floats, raw pointers, arrays and structs of those) is valid as all-zero bytes, which write_bytes gives before assume_init.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -220,6 +222,7 @@ const _: () = {
 impl Default for miopenConvSolution_t {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: every field of this plain C struct (integers, floats, raw pointers, arrays and structs of those) is valid as all-zero bytes, which write_bytes gives before assume_init.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
