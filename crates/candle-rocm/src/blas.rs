@@ -144,7 +144,7 @@ impl RocmDevice {
     }
 
     /// The strided view `layout` of `slice` copied into a new contiguous buffer.
-    fn contiguous_copy<T: KernelDType>(
+    pub(crate) fn contiguous_copy<T: KernelDType>(
         &self,
         op: &str,
         slice: &DeviceSlice<'_, T>,

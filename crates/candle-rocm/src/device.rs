@@ -105,7 +105,7 @@ impl RocmDevice {
     /// A device copy of host data, ordered on the backend's stream. Small data (masks, scalars,
     /// ids: up to [`Stream::MAX_ASYNC_UPLOAD_BYTES`]) goes through hip-core's pinned staging
     /// ring without making the host wait for the GPU; larger data is copied synchronously.
-    fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+    pub(crate) fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         self.stream
             .alloc_from_host_async(data)
             .map_err(hip_err("copying host data to the device"))

@@ -91,6 +91,7 @@ mod fused;
 pub mod layout;
 mod matmul;
 mod ops;
+pub mod quantized;
 pub mod storage;
 #[cfg(feature = "tensor")]
 pub mod tensor;
@@ -98,6 +99,7 @@ pub mod tensor;
 pub use conv::{Conv2dSpec, ConvPath};
 pub use device::RocmDevice;
 pub use error::RocmError;
+pub use quantized::QRocmStorage;
 pub use storage::{RocmStorage, RocmStorageSlice};
 #[cfg(feature = "tensor")]
 pub use tensor::RocmDeviceExt;

@@ -21,10 +21,13 @@
 //! ```
 
 use candle_core::backend::{BackendDevice, BackendStorage};
-use candle_core::ext::{ExtBackendDevice, ExtBackendStorage, ExtDevice, FusedOp};
-use candle_core::{op, Device, Layout, Result, Shape, Tensor};
+use candle_core::ext::{
+    ExtBackendDevice, ExtBackendStorage, ExtDevice, ExtQuantizedStorage, ExtStorage, FusedOp,
+};
+use candle_core::quantized::GgmlDType;
+use candle_core::{op, CpuStorage, DType, Device, Layout, Result, Shape, Tensor};
 
-use crate::{RocmDevice, RocmError, RocmStorage};
+use crate::{QRocmStorage, RocmDevice, RocmError, RocmStorage};
 use rocm_kernels::nn::RopeKind;
 
 /// The backend name in `DeviceLocation::Ext { backend, .. }` and in error messages.
@@ -35,6 +38,136 @@ impl ExtBackendDevice for RocmDevice {
 
     fn ordinal(&self) -> usize {
         RocmDevice::ordinal(self)
+    }
+
+    fn qzeros(&self, elem_count: usize, dtype: GgmlDType) -> Result<Box<dyn ExtQuantizedStorage>> {
+        Ok(Box::new(QRocmStorage::zeros(self, elem_count, dtype)?))
+    }
+
+    fn load_quantized(
+        &self,
+        dtype: GgmlDType,
+        data: &[u8],
+    ) -> Result<Box<dyn ExtQuantizedStorage>> {
+        Ok(Box::new(QRocmStorage::from_blocks(self, dtype, data)?))
+    }
+}
+
+/// The [`RocmStorage`] behind an ext storage, or a device-mismatch error naming `op`.
+fn rocm_operand<'a>(op: &str, s: &'a ExtStorage) -> Result<&'a RocmStorage> {
+    s.downcast_ref::<RocmStorage>().ok_or_else(|| {
+        RocmError::layout(
+            op,
+            format!(
+                "the operand is on {:?}, not on a ROCm device",
+                s.device().location()
+            ),
+        )
+        .into()
+    })
+}
+
+impl ExtQuantizedStorage for QRocmStorage {
+    fn dtype(&self) -> GgmlDType {
+        QRocmStorage::dtype(self)
+    }
+
+    fn device(&self) -> Device {
+        Device::Ext(ExtDevice::new(QRocmStorage::device(self).clone()))
+    }
+
+    fn storage_size_in_bytes(&self) -> usize {
+        QRocmStorage::storage_size_in_bytes(self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn quantize(&mut self, src: &ExtStorage) -> Result<()> {
+        QRocmStorage::quantize(self, rocm_operand("quantize", src)?, None)
+    }
+
+    fn quantize_onto(&mut self, src: &CpuStorage) -> Result<()> {
+        QRocmStorage::quantize_onto(self, src, None)
+    }
+
+    fn quantize_imatrix(
+        &mut self,
+        src: &ExtStorage,
+        imatrix_weights: &[f32],
+        n_per_row: usize,
+    ) -> Result<()> {
+        let src = rocm_operand("quantize_imatrix", src)?;
+        QRocmStorage::quantize(self, src, Some((imatrix_weights, n_per_row)))
+    }
+
+    fn quantize_imatrix_onto(
+        &mut self,
+        src: &CpuStorage,
+        imatrix_weights: &[f32],
+        n_per_row: usize,
+    ) -> Result<()> {
+        QRocmStorage::quantize_onto(self, src, Some((imatrix_weights, n_per_row)))
+    }
+
+    fn dequantize(&self, elem_count: usize) -> Result<ExtStorage> {
+        Ok(ExtStorage::new(QRocmStorage::dequantize(
+            self,
+            elem_count,
+            DType::F32,
+        )?))
+    }
+
+    fn dequantize_f16(&self, elem_count: usize) -> Result<ExtStorage> {
+        Ok(ExtStorage::new(QRocmStorage::dequantize(
+            self,
+            elem_count,
+            DType::F16,
+        )?))
+    }
+
+    fn data(&self) -> Result<Vec<u8>> {
+        QRocmStorage::data(self)
+    }
+
+    fn matmul_t(
+        &self,
+        self_shape: &Shape,
+        x: &ExtStorage,
+        x_layout: &Layout,
+    ) -> Result<(ExtStorage, Shape)> {
+        let x = rocm_operand("qmatmul", x)?;
+        let (out, shape) = QRocmStorage::matmul_t(self, self_shape, x, x_layout)?;
+        Ok((ExtStorage::new(out), shape))
+    }
+
+    fn embedding(
+        &self,
+        self_shape: &Shape,
+        ids: &ExtStorage,
+        ids_layout: &Layout,
+    ) -> Result<ExtStorage> {
+        let ids = rocm_operand("qembedding", ids)?;
+        Ok(ExtStorage::new(QRocmStorage::embedding(
+            self, self_shape, ids, ids_layout,
+        )?))
+    }
+
+    fn indexed_moe_forward(
+        &self,
+        self_shape: &Shape,
+        x: &ExtStorage,
+        x_layout: &Layout,
+        ids: &ExtStorage,
+        ids_layout: &Layout,
+    ) -> Result<(ExtStorage, Shape)> {
+        let op = "indexed_moe_forward";
+        let x = rocm_operand(op, x)?;
+        let ids = rocm_operand(op, ids)?;
+        let (out, shape) =
+            QRocmStorage::indexed_moe_forward(self, self_shape, x, x_layout, ids, ids_layout)?;
+        Ok((ExtStorage::new(out), shape))
     }
 }
 

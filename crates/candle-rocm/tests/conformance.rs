@@ -3202,3 +3202,6 @@ mod indexing;
 
 #[path = "suite/pool.rs"]
 mod pool;
+
+#[path = "suite/quantized.rs"]
+mod quantized;

@@ -62,16 +62,22 @@ pub enum IndexOp {
     ScatterAdd,
     /// [`index_add`].
     IndexAdd,
+    /// [`crate::quantized::embedding`] (an embedding row id).
+    QuantizedEmbedding,
+    /// [`crate::quantized::moe`] (an expert id).
+    IndexedMoe,
 }
 
 impl IndexOp {
     /// Every op.
-    pub const ALL: [IndexOp; 5] = [
+    pub const ALL: [IndexOp; 7] = [
         IndexOp::IndexSelect,
         IndexOp::Gather,
         IndexOp::Scatter,
         IndexOp::ScatterAdd,
         IndexOp::IndexAdd,
+        IndexOp::QuantizedEmbedding,
+        IndexOp::IndexedMoe,
     ];
 
     /// The op's name, as in kernel names (`index_select_u32_f32`).
@@ -82,10 +88,13 @@ impl IndexOp {
             IndexOp::Scatter => "scatter",
             IndexOp::ScatterAdd => "scatter_add",
             IndexOp::IndexAdd => "index_add",
+            IndexOp::QuantizedEmbedding => "qembedding",
+            IndexOp::IndexedMoe => "indexed_moe_forward",
         }
     }
 
-    /// The code the kernels record in the error flag (`IX_ERR_*` in `indexing.hip`).
+    /// The code the kernels record in the error flag (`IX_ERR_*` in `indexing.hip`,
+    /// `QK_ERR_*` in `quantized.hip`).
     pub fn code(&self) -> u32 {
         match self {
             IndexOp::IndexSelect => 1,
@@ -93,6 +102,8 @@ impl IndexOp {
             IndexOp::Scatter => 3,
             IndexOp::ScatterAdd => 4,
             IndexOp::IndexAdd => 5,
+            IndexOp::QuantizedEmbedding => 6,
+            IndexOp::IndexedMoe => 7,
         }
     }
 
@@ -203,7 +214,7 @@ impl IndexErrorFlag {
         }
     }
 
-    fn arg(&self, op: &str, stream: &Stream) -> Result<FlagArg<'_>> {
+    pub(crate) fn arg(&self, op: &str, stream: &Stream) -> Result<FlagArg<'_>> {
         if stream.id() != self.stream_id {
             return Err(layout_err(
                 op,
@@ -219,7 +230,7 @@ impl IndexErrorFlag {
 }
 
 /// The flag's buffer as a kernel argument, locked for the launch.
-struct FlagArg<'a>(parking_lot::MutexGuard<'a, DeviceBuffer<u32>>);
+pub(crate) struct FlagArg<'a>(parking_lot::MutexGuard<'a, DeviceBuffer<u32>>);
 
 impl KernelArg for FlagArg<'_> {
     fn push_arg(&self, args: &mut KernelArgs, stream: &Stream) -> hip_core::Result<()> {

@@ -19,7 +19,8 @@
 //!
 //! * [`reduce`], [`nn`] (softmax, rms_norm, layer_norm, rope), [`indexing`], [`sort`],
 //!   [`pool`] (pooling and upsampling), [`random`] (Philox), [`conv`] (im2col/col2im for the
-//!   GEMM-based convolution path): the other families.
+//!   GEMM-based convolution path), [`quantized`] (GGML blocks: dequantize, embedding rows,
+//!   matrix-vector and mixture-of-experts products): the other families.
 
 pub mod bundle;
 pub mod conv;
@@ -32,6 +33,7 @@ pub mod layout;
 pub mod modules;
 pub mod nn;
 pub mod pool;
+pub mod quantized;
 pub mod random;
 pub mod reduce;
 pub mod sort;

@@ -1,0 +1,555 @@
+//! Quantized (GGML) tensors on the device: [`QRocmStorage`] holds a tensor's raw GGML blocks in
+//! device memory and runs candle's quantized operations on them with the `rocm_kernels::quantized`
+//! kernels.
+//!
+//! * **Types**: every [`GgmlDType`] of candle-core 0.11 (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+//!   Q8_0, Q8_1, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K). Blocks are stored exactly as in a GGUF file.
+//! * **Dequantize** (f32, f16, bf16): on the device, bit-identical to candle's CPU `to_float`.
+//! * **Quantize**: through candle's CPU quantizer (its algorithm is the definition of each
+//!   format), then uploaded: bit-identical to the CPU by construction.
+//! * **`matmul_t`** (`QMatMul::forward`, `x (.., k) x W^T` for `W (n, k)`): up to
+//!   [`MATVEC_MAX_ROWS`] activation rows go to the quantized matrix-vector kernel (weights
+//!   dequantized in registers, f32 products and sums); more rows dequantize the weights to the
+//!   activation dtype and run one rocBLAS (cuBLAS) GEMM. Inputs f32, f16 and bf16; the output
+//!   has the input's dtype, as on candle's CUDA backend.
+//! * **Embedding** rows and the **indexed mixture-of-experts** product read their ids on the
+//!   device; an out-of-range id becomes a typed error at the next host read or synchronization
+//!   (the device's indexing error flag, see [`RocmDevice`]).
+//!
+//! Nothing here waits for the GPU except [`QRocmStorage::data`] and the quantize paths (which
+//! read the source on the host).
+
+use candle_core::backend::BackendStorage;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{CpuStorage, DType, Device, Layout, Result, Shape, Tensor};
+use half::{bf16, f16};
+use hip_core::{DeviceBuffer, DeviceSlice};
+use rocblas_safe::GemmElement;
+use rocm_kernels::quantized::{self as qk, PlainType, QuantType, MATVEC_MAX_ROWS};
+use rocm_kernels::KernelDType;
+
+use crate::error::{hip_err, kernel_err, RocmError};
+use crate::storage::{RocmStorage, RocmStorageSlice};
+use crate::RocmDevice;
+
+/// How the blocks of a [`GgmlDType`] are read on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blocks {
+    /// F32/F16/BF16: plain elements.
+    Plain(PlainType),
+    /// A block type of the quantized kernels.
+    Quant(QuantType),
+}
+
+fn blocks_of(dtype: GgmlDType) -> Blocks {
+    match dtype {
+        GgmlDType::F32 => Blocks::Plain(PlainType::F32),
+        GgmlDType::F16 => Blocks::Plain(PlainType::F16),
+        GgmlDType::BF16 => Blocks::Plain(PlainType::BF16),
+        GgmlDType::Q4_0 => Blocks::Quant(QuantType::Q4_0),
+        GgmlDType::Q4_1 => Blocks::Quant(QuantType::Q4_1),
+        GgmlDType::Q5_0 => Blocks::Quant(QuantType::Q5_0),
+        GgmlDType::Q5_1 => Blocks::Quant(QuantType::Q5_1),
+        GgmlDType::Q8_0 => Blocks::Quant(QuantType::Q8_0),
+        GgmlDType::Q8_1 => Blocks::Quant(QuantType::Q8_1),
+        GgmlDType::Q2K => Blocks::Quant(QuantType::Q2K),
+        GgmlDType::Q3K => Blocks::Quant(QuantType::Q3K),
+        GgmlDType::Q4K => Blocks::Quant(QuantType::Q4K),
+        GgmlDType::Q5K => Blocks::Quant(QuantType::Q5K),
+        GgmlDType::Q6K => Blocks::Quant(QuantType::Q6K),
+        GgmlDType::Q8K => Blocks::Quant(QuantType::Q8K),
+    }
+}
+
+fn layout_err(op: &str, reason: impl Into<String>) -> candle_core::Error {
+    RocmError::layout(op, reason).into()
+}
+
+/// The raw GGML blocks of one quantized tensor on a ROCm device.
+#[derive(Debug)]
+pub struct QRocmStorage {
+    blocks: DeviceBuffer<u8>,
+    dtype: GgmlDType,
+    device: RocmDevice,
+}
+
+impl QRocmStorage {
+    /// Zero-filled blocks for `elem_count` elements (a multiple of the block size).
+    pub fn zeros(device: &RocmDevice, elem_count: usize, dtype: GgmlDType) -> Result<Self> {
+        let op = "qzeros";
+        if !elem_count.is_multiple_of(dtype.block_size()) {
+            return Err(layout_err(
+                op,
+                format!(
+                    "{elem_count} elements are not a whole number of {dtype:?} blocks of {}",
+                    dtype.block_size()
+                ),
+            ));
+        }
+        let bytes = elem_count / dtype.block_size() * dtype.type_size();
+        let blocks = device
+            .stream()
+            .alloc_zeroed::<u8>(bytes)
+            .map_err(hip_err(op))?;
+        Ok(QRocmStorage {
+            blocks,
+            dtype,
+            device: device.clone(),
+        })
+    }
+
+    /// The device copy of `data`, raw blocks of `dtype` (e.g. from a GGUF file); an error when
+    /// `data` is not a whole number of blocks.
+    pub fn from_blocks(device: &RocmDevice, dtype: GgmlDType, data: &[u8]) -> Result<Self> {
+        let op = "load_quantized";
+        if !data.len().is_multiple_of(dtype.type_size()) {
+            return Err(layout_err(
+                op,
+                format!(
+                    "{} bytes are not a whole number of {dtype:?} blocks of {} bytes",
+                    data.len(),
+                    dtype.type_size()
+                ),
+            ));
+        }
+        Ok(QRocmStorage {
+            blocks: device.upload(data)?,
+            dtype,
+            device: device.clone(),
+        })
+    }
+
+    /// The GGML type.
+    pub fn dtype(&self) -> GgmlDType {
+        self.dtype
+    }
+
+    /// The device.
+    pub fn device(&self) -> &RocmDevice {
+        &self.device
+    }
+
+    /// The raw blocks on the device.
+    pub fn blocks(&self) -> &DeviceBuffer<u8> {
+        &self.blocks
+    }
+
+    /// The size of the blocks in bytes.
+    pub fn storage_size_in_bytes(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The number of elements the blocks hold.
+    pub fn elem_count(&self) -> usize {
+        self.blocks.len() / self.dtype.type_size() * self.dtype.block_size()
+    }
+
+    /// The blocks copied to the host (waits for the device).
+    pub fn data(&self) -> Result<Vec<u8>> {
+        self.device.check_index_errors()?;
+        self.blocks.to_host_vec().map_err(hip_err("quantized data"))
+    }
+
+    /// Quantizes host f32 data into the blocks with candle's CPU quantizer (bit-identical to
+    /// `QTensor::quantize` on the CPU). With `imatrix`, `(weights, n_per_row)` as
+    /// `QTensor::quantize_imatrix`.
+    pub fn quantize_onto(
+        &mut self,
+        src: &CpuStorage,
+        imatrix: Option<(&[f32], usize)>,
+    ) -> Result<()> {
+        let op = "quantize";
+        let CpuStorage::F32(values) = src else {
+            return Err(RocmError::unsupported(op, src.dtype(), "quantize takes f32 data").into());
+        };
+        let n = self.elem_count();
+        if values.len() != n {
+            return Err(layout_err(
+                op,
+                format!(
+                    "the source holds {} elements, the {:?} storage {n}",
+                    values.len(),
+                    self.dtype
+                ),
+            ));
+        }
+        let cpu = match imatrix {
+            None => {
+                let t = Tensor::from_slice(values, n, &Device::Cpu)?;
+                QTensor::quantize(&t, self.dtype)?
+            }
+            Some((weights, n_per_row)) => {
+                if !matches!(
+                    self.dtype,
+                    GgmlDType::Q2K
+                        | GgmlDType::Q3K
+                        | GgmlDType::Q4K
+                        | GgmlDType::Q5K
+                        | GgmlDType::Q6K
+                ) {
+                    return Err(RocmError::not_implemented(
+                        "quantize_imatrix",
+                        DType::F32,
+                        format!(
+                            "candle's quantizer has no importance-matrix variant for {:?} (only \
+                             Q2K, Q3K, Q4K, Q5K, Q6K)",
+                            self.dtype
+                        ),
+                    )
+                    .into());
+                }
+                if weights.len() != n_per_row {
+                    return Err(layout_err(
+                        op,
+                        format!(
+                            "{} importance weights for rows of {n_per_row}",
+                            weights.len()
+                        ),
+                    ));
+                }
+                if n_per_row == 0 || !n.is_multiple_of(n_per_row) {
+                    return Err(layout_err(
+                        op,
+                        format!("{n} elements are not whole rows of {n_per_row}"),
+                    ));
+                }
+                let t = Tensor::from_slice(values, (n / n_per_row, n_per_row), &Device::Cpu)?;
+                QTensor::quantize_imatrix(&t, weights, self.dtype)?
+            }
+        };
+        let data = cpu.data()?;
+        if data.len() != self.blocks.len() {
+            return Err(layout_err(
+                op,
+                format!(
+                    "the CPU quantizer wrote {} bytes, the storage holds {}",
+                    data.len(),
+                    self.blocks.len()
+                ),
+            ));
+        }
+        self.blocks = self.device.upload(&data)?;
+        Ok(())
+    }
+
+    /// Quantizes device f32 data (read back to the host, see [`Self::quantize_onto`]).
+    pub fn quantize(&mut self, src: &RocmStorage, imatrix: Option<(&[f32], usize)>) -> Result<()> {
+        let host = src.to_cpu_storage()?;
+        self.quantize_onto(&host, imatrix)
+    }
+
+    /// The first `elem_count` elements dequantized to `out` (f32, f16 or bf16).
+    pub fn dequantize(&self, elem_count: usize, out: DType) -> Result<RocmStorage> {
+        let op = "dequantize";
+        let have = self.elem_count();
+        if elem_count > have {
+            return Err(layout_err(
+                op,
+                format!("{elem_count} elements requested, the blocks hold {have}"),
+            ));
+        }
+        let slice = match out {
+            DType::F32 => RocmStorageSlice::F32(self.dequantize_to::<f32>(elem_count)?),
+            DType::F16 => RocmStorageSlice::F16(self.dequantize_to::<f16>(elem_count)?),
+            DType::BF16 => RocmStorageSlice::BF16(self.dequantize_to::<bf16>(elem_count)?),
+            other => {
+                return Err(RocmError::unsupported(
+                    op,
+                    other,
+                    "quantized tensors dequantize to f32, f16 or bf16",
+                )
+                .into())
+            }
+        };
+        Ok(RocmStorage::new(slice, self.device.clone()))
+    }
+
+    /// The first `n` elements (a multiple of the block size, or all of them) as a new `O` buffer.
+    fn dequantize_to<O: KernelDType>(&self, n: usize) -> Result<DeviceBuffer<O>> {
+        let op = "dequantize";
+        let mut out = self.device.alloc::<O>(op, n)?;
+        let stream = self.device.stream();
+        match blocks_of(self.dtype) {
+            Blocks::Quant(q) => {
+                if !n.is_multiple_of(q.block_elems()) {
+                    return Err(layout_err(
+                        op,
+                        format!(
+                            "{n} elements are not whole {:?} blocks of {}",
+                            self.dtype,
+                            q.block_elems()
+                        ),
+                    ));
+                }
+                let bytes = n / q.block_elems() * q.block_bytes();
+                let src = self.blocks.slice(0..bytes).map_err(hip_err(op))?;
+                qk::dequantize(stream, q, &src, &mut out.as_mut_slice())
+            }
+            Blocks::Plain(s) => plain::<O>(s, &self.blocks, &mut out),
+        }
+        .map_err(kernel_err(op))?;
+        Ok(out)
+    }
+
+    /// `x (.., k) x W^T` for this storage as the `(n, k)` weights `self_shape`: the output has
+    /// dims `(.., n)` and the dtype of `x` (f32, f16 or bf16).
+    pub fn matmul_t(
+        &self,
+        self_shape: &Shape,
+        x: &RocmStorage,
+        x_layout: &Layout,
+    ) -> Result<(RocmStorage, Shape)> {
+        let op = "qmatmul";
+        let (n, k) = self_shape.dims2()?;
+        let dims = x_layout.dims();
+        if dims.len() < 2 || dims[dims.len() - 1] != k {
+            return Err(layout_err(
+                op,
+                format!(
+                    "the input {:?} does not end in k = {k} (weights {self_shape:?}) or has rank < 2",
+                    x_layout.shape()
+                ),
+            ));
+        }
+        if x.device().ordinal() != self.device.ordinal() {
+            return Err(layout_err(
+                op,
+                format!(
+                    "the input is on ROCm device {}, the weights on {}",
+                    x.device().ordinal(),
+                    self.device.ordinal()
+                ),
+            ));
+        }
+        let mut out_dims = dims.to_vec();
+        *out_dims.last_mut().unwrap_or(&mut 0) = n;
+        let out_shape = Shape::from(out_dims);
+        let m = x_layout.shape().elem_count() / k.max(1);
+        let slice = match x.as_slice() {
+            RocmStorageSlice::F32(b) => {
+                RocmStorageSlice::F32(self.matmul_typed(op, (m, n, k), b, x_layout)?)
+            }
+            RocmStorageSlice::F16(b) => {
+                RocmStorageSlice::F16(self.matmul_typed(op, (m, n, k), b, x_layout)?)
+            }
+            RocmStorageSlice::BF16(b) => {
+                RocmStorageSlice::BF16(self.matmul_typed(op, (m, n, k), b, x_layout)?)
+            }
+            other => {
+                return Err(RocmError::unsupported(
+                    op,
+                    other.dtype(),
+                    "quantized matmul takes f32, f16 or bf16 activations",
+                )
+                .into())
+            }
+        };
+        Ok((RocmStorage::new(slice, self.device.clone()), out_shape))
+    }
+
+    fn matmul_typed<T: KernelDType + GemmElement>(
+        &self,
+        op: &str,
+        (m, n, k): (usize, usize, usize),
+        x: &DeviceBuffer<T>,
+        x_layout: &Layout,
+    ) -> Result<DeviceBuffer<T>> {
+        let dev = &self.device;
+        let mut out = dev.alloc::<T>(op, m * n)?;
+        if m == 0 || n == 0 {
+            return Ok(out);
+        }
+        match blocks_of(self.dtype) {
+            Blocks::Quant(q) if m <= MATVEC_MAX_ROWS => {
+                let copy;
+                let xs = match aligned_rows(op, x, x_layout, m * k)? {
+                    Some(view) => view,
+                    None => {
+                        copy = dev.contiguous_copy(op, &x.as_slice(), x_layout)?;
+                        copy.as_slice()
+                    }
+                };
+                let w = self.blocks.as_slice();
+                qk::matvec(dev.stream(), q, &w, (m, n, k), &xs, &mut out.as_mut_slice())
+                    .map_err(kernel_err(op))?;
+            }
+            _ => {
+                // Prefill: the weights dequantized to T, then one GEMM.
+                let w = self.dequantize_to::<T>(n * k)?;
+                let copy;
+                let (xs, xl) = if x_layout.is_contiguous() {
+                    let l = Layout::contiguous_with_offset((1, m, k), x_layout.start_offset());
+                    (x.as_slice(), l)
+                } else {
+                    copy = dev.contiguous_copy(op, &x.as_slice(), x_layout)?;
+                    (copy.as_slice(), Layout::contiguous((1, m, k)))
+                };
+                let wl = Layout::new(Shape::from((1, k, n)), vec![n * k, 1, k], 0);
+                dev.gemm(op, (1, m, n, k), (&xs, &xl), (&w.as_slice(), &wl), &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// `QTensor::embedding`: rows `ids` (u32) of the `(rows, hidden)` table as f32,
+    /// `(ids.len(), hidden)`.
+    pub fn embedding(
+        &self,
+        self_shape: &Shape,
+        ids: &RocmStorage,
+        ids_layout: &Layout,
+    ) -> Result<RocmStorage> {
+        let op = "qembedding";
+        let (rows, hidden) = self_shape.dims2()?;
+        let RocmStorageSlice::U32(ids_buf) = ids.as_slice() else {
+            return Err(RocmError::unsupported(op, ids.dtype(), "embedding ids are u32").into());
+        };
+        let n_ids = ids_layout.shape().elem_count();
+        let ids_copy;
+        let ids_view = if ids_layout.is_contiguous() {
+            let start = ids_layout.start_offset();
+            ids_buf.slice(start..start + n_ids).map_err(hip_err(op))?
+        } else {
+            ids_copy = self
+                .device
+                .contiguous_copy(op, &ids_buf.as_slice(), ids_layout)?;
+            ids_copy.as_slice()
+        };
+        let dev = &self.device;
+        let slice = match blocks_of(self.dtype) {
+            Blocks::Quant(q) => {
+                let mut out = dev.alloc::<f32>(op, n_ids * hidden)?;
+                let flag = dev.index_flag()?;
+                qk::embedding(
+                    dev.stream(),
+                    q,
+                    &self.blocks.as_slice(),
+                    (rows, hidden),
+                    &ids_view,
+                    &mut out.as_mut_slice(),
+                    flag,
+                )
+                .map_err(kernel_err(op))?;
+                out
+            }
+            Blocks::Plain(_) => {
+                // Plain tables: dequantize, then candle's index_select on the device.
+                let table = self.dequantize(rows * hidden, DType::F32)?;
+                let ids_l = Layout::contiguous(n_ids);
+                let ids_owned = dev.contiguous_copy(op, &ids_view, &ids_l)?;
+                let ids_st = RocmStorage::new(RocmStorageSlice::U32(ids_owned), dev.clone());
+                let out =
+                    table.index_select(&ids_st, &Layout::contiguous((rows, hidden)), &ids_l, 0)?;
+                return Ok(out);
+            }
+        };
+        Ok(RocmStorage::new(RocmStorageSlice::F32(slice), dev.clone()))
+    }
+
+    /// `QTensor::indexed_moe_forward`: `self_shape (experts, n, k)`, `x (batch, topk or 1, k)`,
+    /// `ids (batch, topk)` u32; the result is `(batch, topk, n)` in the dtype of `x`.
+    pub fn indexed_moe_forward(
+        &self,
+        self_shape: &Shape,
+        x: &RocmStorage,
+        x_layout: &Layout,
+        ids: &RocmStorage,
+        ids_layout: &Layout,
+    ) -> Result<(RocmStorage, Shape)> {
+        let op = "indexed_moe_forward";
+        let (experts, n, k) = self_shape.dims3()?;
+        let (batch, x_rows, xk) = x_layout.shape().dims3()?;
+        let (ib, topk) = ids_layout.shape().dims2()?;
+        if xk != k || ib != batch || (x_rows != 1 && x_rows != topk) {
+            return Err(layout_err(
+                op,
+                format!(
+                    "x {:?} and ids {:?} do not fit weights {self_shape:?} (x must be (batch, \
+                     topk or 1, k), ids (batch, topk))",
+                    x_layout.shape(),
+                    ids_layout.shape()
+                ),
+            ));
+        }
+        let Blocks::Quant(q) = blocks_of(self.dtype) else {
+            return Err(RocmError::unsupported(
+                op,
+                DType::F32,
+                format!(
+                    "{:?} expert weights: dequantize them and use a plain matmul",
+                    self.dtype
+                ),
+            )
+            .into());
+        };
+        let RocmStorageSlice::U32(ids_buf) = ids.as_slice() else {
+            return Err(RocmError::unsupported(op, ids.dtype(), "expert ids are u32").into());
+        };
+        let dev = &self.device;
+        let ids_c = dev.contiguous_copy(op, &ids_buf.as_slice(), ids_layout)?;
+        let out_shape = Shape::from((batch, topk, n));
+        macro_rules! run {
+            ($b:expr) => {{
+                let xc = dev.contiguous_copy(op, &$b.as_slice(), x_layout)?;
+                let mut out = dev.alloc(op, batch * topk * n)?;
+                qk::moe(
+                    dev.stream(),
+                    q,
+                    &self.blocks.as_slice(),
+                    (experts, n, k),
+                    &ids_c.as_slice(),
+                    (batch, topk, x_rows),
+                    &xc.as_slice(),
+                    &mut out.as_mut_slice(),
+                    dev.index_flag()?,
+                )
+                .map_err(kernel_err(op))?;
+                out
+            }};
+        }
+        let slice = match x.as_slice() {
+            RocmStorageSlice::F32(b) => RocmStorageSlice::F32(run!(b)),
+            RocmStorageSlice::F16(b) => RocmStorageSlice::F16(run!(b)),
+            RocmStorageSlice::BF16(b) => RocmStorageSlice::BF16(run!(b)),
+            other => {
+                return Err(RocmError::unsupported(
+                    op,
+                    other.dtype(),
+                    "indexed_moe_forward takes f32, f16 or bf16 activations",
+                )
+                .into())
+            }
+        };
+        Ok((RocmStorage::new(slice, dev.clone()), out_shape))
+    }
+}
+
+/// Dequantizes the first `n` plain elements of `s` in `blocks` into `out`.
+fn plain<O: KernelDType>(
+    s: PlainType,
+    blocks: &DeviceBuffer<u8>,
+    out: &mut DeviceBuffer<O>,
+) -> rocm_kernels::Result<()> {
+    qk::dequantize_plain::<O>(
+        blocks.stream(),
+        s,
+        &blocks.as_slice(),
+        &mut out.as_mut_slice(),
+    )
+}
+
+/// The `len` contiguous elements of `layout` as a 16-byte aligned view, when the layout is
+/// contiguous and its start aligned; `None` when they need a copy.
+fn aligned_rows<'a, T: KernelDType>(
+    op: &str,
+    buf: &'a DeviceBuffer<T>,
+    layout: &Layout,
+    len: usize,
+) -> Result<Option<DeviceSlice<'a, T>>> {
+    if !layout.is_contiguous() {
+        return Ok(None);
+    }
+    let start = layout.start_offset();
+    let view = buf.slice(start..start + len).map_err(hip_err(op))?;
+    Ok((view.device_ptr().0 % 16 == 0).then_some(view))
+}

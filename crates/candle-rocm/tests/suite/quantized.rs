@@ -1,0 +1,437 @@
+//! Quantized GGML tensors on the GPU ([`QRocmStorage`]), against candle's CPU quantized path on
+//! the same blocks (a module of tests/conformance.rs):
+//!
+//! * dequantize (to f32, f16, bf16) is bit-identical to the CPU's, for every `GgmlDType`;
+//! * `matmul_t` (matrix-vector up to 8 rows, dequantize + GEMM above) is judged against an f64
+//!   evaluation of the dequantized weights times the activations: its error must stay within
+//!   the CPU's own error against that reference (plus the rounding of the output dtype), for
+//!   m in {1, 2, 3, 8, 9, 64, 511}, odd n, k multiples of 32 and 256, batched, offset and
+//!   transposed activations, f32/f16/bf16;
+//! * embedding rows and the indexed mixture-of-experts product against f64 references, with
+//!   out-of-range ids reported as typed errors;
+//! * bad input (partial blocks, shapes that disagree, unsupported dtypes) is a typed error.
+
+use super::*;
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
+use candle_core::{Device, Module, Tensor};
+use candle_rocm::QRocmStorage;
+
+const ALL_TYPES: [GgmlDType; 15] = [
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::BF16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q8_1,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8K,
+];
+
+/// The block types (what `QMatMul` keeps quantized).
+fn block_types() -> Vec<GgmlDType> {
+    ALL_TYPES[3..].to_vec()
+}
+
+fn random_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect()
+}
+
+/// A CPU QTensor of `dtype` quantized from seeded random values, its blocks on the GPU.
+fn quantized_pair(
+    dev: &RocmDevice,
+    dtype: GgmlDType,
+    dims: &[usize],
+    seed: u64,
+) -> (QTensor, QRocmStorage) {
+    let n: usize = dims.iter().product();
+    let t = Tensor::from_vec(random_f32(n, seed), dims, &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, dtype).unwrap();
+    let data = q.data().unwrap();
+    let g = QRocmStorage::from_blocks(dev, dtype, &data).unwrap();
+    (q, g)
+}
+
+fn bits(s: &CpuStorage) -> Vec<u32> {
+    match s {
+        CpuStorage::F32(v) => v.iter().map(|x| x.to_bits()).collect(),
+        CpuStorage::F16(v) => v.iter().map(|x| x.to_bits() as u32).collect(),
+        CpuStorage::BF16(v) => v.iter().map(|x| x.to_bits() as u32).collect(),
+        other => panic!("unexpected dtype {:?}", other.dtype()),
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn dequantize_is_bit_exact_for_every_type_and_output_dtype() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let dims = [3usize, 512];
+    for dtype in ALL_TYPES {
+        let seed = case_seed(base_seed(), &["dequantize", &format!("{dtype:?}")]);
+        let (q, g) = quantized_pair(&dev, dtype, &dims, seed);
+        assert_eq!(g.storage_size_in_bytes(), q.storage_size_in_bytes());
+        assert_eq!(
+            g.data().unwrap(),
+            q.data().unwrap().to_vec(),
+            "{dtype:?} blocks"
+        );
+        let want = q.dequantize(&Device::Cpu).unwrap();
+        for out in [DType::F32, DType::F16, DType::BF16] {
+            // Poisoned output memory: an element the kernel forgets shows as NaN.
+            drop(dev.storage_from_slice(&vec![0xFFu8; 3 * 512 * 4]).unwrap());
+            let got = g
+                .dequantize(3 * 512, out)
+                .unwrap()
+                .to_cpu_storage()
+                .unwrap();
+            let want = want.to_dtype(out).unwrap().flatten_all().unwrap();
+            let want = match out {
+                DType::F32 => CpuStorage::F32(want.to_vec1().unwrap()),
+                DType::F16 => CpuStorage::F16(want.to_vec1().unwrap()),
+                _ => CpuStorage::BF16(want.to_vec1().unwrap()),
+            };
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "dequantize {dtype:?} -> {out:?} (seed {seed:#x})"
+            );
+        }
+    }
+}
+
+/// `x (m, k)` (f64) times the dequantized `(n, k)` weights, in f64.
+fn reference_matmul(x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut out = vec![0f64; m * n];
+    for r in 0..m {
+        for c in 0..n {
+            let mut s = 0f64;
+            for j in 0..k {
+                s += x[r * k + j] * w[c * k + j];
+            }
+            out[r * n + c] = s;
+        }
+    }
+    out
+}
+
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(
+            0.0,
+            |m, d| if d.is_nan() { f64::INFINITY } else { m.max(d) },
+        )
+}
+
+fn tensor_f64(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+/// The rounding allowance of an output in `dtype` with magnitudes up to `scale`.
+fn output_rounding(dtype: DType, scale: f64) -> f64 {
+    let eps = match dtype {
+        DType::F32 => 1e-5,
+        DType::F16 => 2e-3,
+        _ => 1.6e-2,
+    };
+    eps * scale.max(1.0)
+}
+
+/// One matmul case: `x` of dims `(.., k)` in `dtype` with `layout`, against the weights.
+#[allow(clippy::too_many_arguments)]
+fn check_matmul(
+    dev: &RocmDevice,
+    label: &str,
+    q: &QTensor,
+    g: &QRocmStorage,
+    x_host: &Tensor,
+    layout: &Layout,
+    storage: &CpuStorage,
+) {
+    let (n, k) = q.shape().dims2().unwrap();
+    let dtype = x_host.dtype();
+    let m = x_host.elem_count() / k;
+    // Reference: f64 of the CPU's dequantized weights times the activations as given.
+    let w = tensor_f64(&q.dequantize(&Device::Cpu).unwrap());
+    let x = tensor_f64(x_host);
+    let want = reference_matmul(&x, &w, m, n, k);
+    let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+    // The CPU's own result (QMatMul over the same blocks, contiguous activations).
+    let data = q.data().unwrap();
+    let blocks = QStorage::from_data(data, &Device::Cpu, q.dtype()).unwrap();
+    let cpu_q = QMatMul::from_qtensor(QTensor::new(blocks, (n, k)).unwrap()).unwrap();
+    let cpu = cpu_q.forward(&x_host.contiguous().unwrap()).unwrap();
+    let cpu_err = max_abs_diff(&tensor_f64(&cpu), &want);
+    // The GPU, on the given layout of the uploaded storage.
+    let xs = dev.storage_from_cpu_storage(storage).unwrap();
+    drop(dev.storage_from_slice(&vec![0xFFu8; m * n * 4]).unwrap());
+    let (out, shape) = g.matmul_t(q.shape(), &xs, layout).unwrap();
+    let mut want_dims = x_host.dims().to_vec();
+    *want_dims.last_mut().unwrap() = n;
+    assert_eq!(shape.dims(), want_dims.as_slice(), "{label}: output shape");
+    assert_eq!(out.dtype(), dtype, "{label}: output dtype");
+    let got = values_f64(&out.to_cpu_storage().unwrap());
+    let err = max_abs_diff(&got, &want);
+    let bound = 1.5 * cpu_err + output_rounding(dtype, scale);
+    assert!(
+        err <= bound,
+        "{label}: max error {err:.3e} against the f64 reference, the CPU's {cpu_err:.3e} (bound \
+         {bound:.3e}, |ref| up to {scale:.3})"
+    );
+}
+
+fn cpu_storage_of(t: &Tensor) -> CpuStorage {
+    let t = t.flatten_all().unwrap();
+    match t.dtype() {
+        DType::F32 => CpuStorage::F32(t.to_vec1().unwrap()),
+        DType::F16 => CpuStorage::F16(t.to_vec1().unwrap()),
+        DType::BF16 => CpuStorage::BF16(t.to_vec1().unwrap()),
+        d => panic!("unexpected {d:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn matmul_matches_the_cpu_within_its_own_error() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let n = 37;
+    for dtype in block_types() {
+        let ks: &[usize] = if dtype.block_size() == 32 {
+            &[96, 256]
+        } else {
+            &[256, 512]
+        };
+        for &k in ks {
+            let seed = case_seed(
+                base_seed(),
+                &["qmatmul", &format!("{dtype:?}"), &k.to_string()],
+            );
+            let (q, g) = quantized_pair(&dev, dtype, &[n, k], seed);
+            for xdtype in [DType::F32, DType::F16, DType::BF16] {
+                let ms: &[usize] = if dtype == GgmlDType::Q4_0 && k == 256 {
+                    &[1, 2, 3, 8, 9, 64, 511]
+                } else {
+                    &[1, 3, 8, 9, 64]
+                };
+                for &m in ms {
+                    let x =
+                        Tensor::from_vec(random_f32(m * k, seed ^ m as u64), (m, k), &Device::Cpu)
+                            .unwrap()
+                            .to_dtype(xdtype)
+                            .unwrap();
+                    let label = format!("{dtype:?} k={k} {xdtype:?} m={m} seed={seed:#x}");
+                    check_matmul(
+                        &dev,
+                        &label,
+                        &q,
+                        &g,
+                        &x,
+                        &Layout::contiguous((m, k)),
+                        &cpu_storage_of(&x),
+                    );
+                }
+                // Batched (2, 3, k), with a start offset of 5 elements (unaligned: copied).
+                let b = Tensor::from_vec(random_f32(6 * k + 5, seed ^ 77), 6 * k + 5, &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(xdtype)
+                    .unwrap();
+                let x = b.narrow(0, 5, 6 * k).unwrap().reshape((2, 3, k)).unwrap();
+                check_matmul(
+                    &dev,
+                    &format!("{dtype:?} k={k} {xdtype:?} batched+offset"),
+                    &q,
+                    &g,
+                    &x,
+                    &Layout::contiguous_with_offset((2, 3, k), 5),
+                    &cpu_storage_of(&b),
+                );
+                // Transposed activations: stored (k, m), used as (m, k); m = 4 and 20.
+                for m in [4usize, 20] {
+                    let s = Tensor::from_vec(random_f32(k * m, seed ^ 99), (k, m), &Device::Cpu)
+                        .unwrap()
+                        .to_dtype(xdtype)
+                        .unwrap();
+                    let x = s.t().unwrap();
+                    let l = Layout::new(Shape::from((m, k)), vec![1, m], 0);
+                    check_matmul(
+                        &dev,
+                        &format!("{dtype:?} k={k} {xdtype:?} transposed m={m}"),
+                        &q,
+                        &g,
+                        &x,
+                        &l,
+                        &cpu_storage_of(&s),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn embedding_rows_match_and_out_of_range_ids_are_errors() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    for dtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+        GgmlDType::F16,
+    ] {
+        let seed = case_seed(base_seed(), &["qembedding", &format!("{dtype:?}")]);
+        let (rows, hidden) = (11usize, 256usize);
+        let (q, g) = quantized_pair(&dev, dtype, &[rows, hidden], seed);
+        let table = tensor_f64(&q.dequantize(&Device::Cpu).unwrap());
+        let ids: Vec<u32> = vec![3, 0, 10, 3, 7];
+        let ids_s = dev.storage_from_slice(&ids).unwrap();
+        let out = g
+            .embedding(q.shape(), &ids_s, &Layout::contiguous(ids.len()))
+            .unwrap();
+        let got = values_f64(&out.to_cpu_storage().unwrap());
+        let want: Vec<f64> = ids
+            .iter()
+            .flat_map(|&i| table[i as usize * hidden..(i as usize + 1) * hidden].to_vec())
+            .collect();
+        assert_eq!(got, want, "embedding {dtype:?}");
+        let bad = dev.storage_from_slice(&[1u32, 11]).unwrap();
+        let r = g
+            .embedding(q.shape(), &bad, &Layout::contiguous(2))
+            .and_then(|s| s.to_cpu_storage());
+        assert!(
+            r.is_err(),
+            "embedding {dtype:?}: id 11 of 11 rows must be an error"
+        );
+        // Later ops run normally.
+        g.embedding(q.shape(), &ids_s, &Layout::contiguous(ids.len()))
+            .unwrap()
+            .to_cpu_storage()
+            .unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn indexed_moe_forward_matches_f64_and_reports_bad_expert_ids() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let (experts, n, k) = (4usize, 29usize, 256usize);
+    let (batch, topk) = (3usize, 2usize);
+    for dtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+        GgmlDType::Q2K,
+    ] {
+        let seed = case_seed(base_seed(), &["qmoe", &format!("{dtype:?}")]);
+        let (q, g) = quantized_pair(&dev, dtype, &[experts, n, k], seed);
+        let w = tensor_f64(&q.dequantize(&Device::Cpu).unwrap());
+        let ids: Vec<u32> = vec![2, 0, 3, 3, 1, 2];
+        let ids_s = dev.storage_from_slice(&ids).unwrap();
+        let ids_l = Layout::contiguous((batch, topk));
+        for x_rows in [1usize, topk] {
+            for xdtype in [DType::F32, DType::F16, DType::BF16] {
+                let xt = Tensor::from_vec(
+                    random_f32(batch * x_rows * k, seed ^ x_rows as u64),
+                    (batch, x_rows, k),
+                    &Device::Cpu,
+                )
+                .unwrap()
+                .to_dtype(xdtype)
+                .unwrap();
+                let x = tensor_f64(&xt);
+                let xs = dev.storage_from_cpu_storage(&cpu_storage_of(&xt)).unwrap();
+                let (out, shape) = g
+                    .indexed_moe_forward(
+                        q.shape(),
+                        &xs,
+                        &Layout::contiguous((batch, x_rows, k)),
+                        &ids_s,
+                        &ids_l,
+                    )
+                    .unwrap();
+                assert_eq!(shape.dims(), &[batch, topk, n]);
+                let got = values_f64(&out.to_cpu_storage().unwrap());
+                let mut want = vec![0f64; batch * topk * n];
+                for b in 0..batch {
+                    for t in 0..topk {
+                        let e = ids[b * topk + t] as usize;
+                        let xr = b * x_rows + if x_rows == 1 { 0 } else { t };
+                        for c in 0..n {
+                            let mut s = 0f64;
+                            for j in 0..k {
+                                s += x[xr * k + j] * w[(e * n + c) * k + j];
+                            }
+                            want[(b * topk + t) * n + c] = s;
+                        }
+                    }
+                }
+                let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+                let err = max_abs_diff(&got, &want);
+                let bound = 1e-5 * k as f64 + output_rounding(xdtype, scale);
+                assert!(
+                    err <= bound,
+                    "moe {dtype:?} {xdtype:?} x_rows={x_rows}: error {err:.3e} > {bound:.3e}"
+                );
+            }
+        }
+        let bad = dev.storage_from_slice(&[0u32, 4, 1, 1, 2, 2]).unwrap();
+        let xs = dev.storage_from_slice(&random_f32(batch * k, 5)).unwrap();
+        let r = g
+            .indexed_moe_forward(
+                q.shape(),
+                &xs,
+                &Layout::contiguous((batch, 1, k)),
+                &bad,
+                &ids_l,
+            )
+            .and_then(|(s, _)| s.to_cpu_storage());
+        assert!(
+            r.is_err(),
+            "moe {dtype:?}: expert id 4 of 4 must be an error"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn bad_quantized_input_is_a_typed_error() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    // A partial block.
+    assert!(QRocmStorage::from_blocks(&dev, GgmlDType::Q4K, &[0u8; 143]).is_err());
+    assert!(QRocmStorage::zeros(&dev, 100, GgmlDType::Q4_0).is_err());
+    let (q, g) = quantized_pair(&dev, GgmlDType::Q4_0, &[8, 64], 1);
+    // k disagrees with the weights.
+    let x = dev.storage_from_slice(&random_f32(2 * 32, 2)).unwrap();
+    assert!(g
+        .matmul_t(q.shape(), &x, &Layout::contiguous((2, 32)))
+        .is_err());
+    // Unsupported activation dtype.
+    let x64 = dev.storage_from_slice(&vec![0f64; 2 * 64]).unwrap();
+    let e = g
+        .matmul_t(q.shape(), &x64, &Layout::contiguous((2, 64)))
+        .unwrap_err();
+    assert!(e.to_string().contains("qmatmul"), "{e}");
+    // Rank-1 activations.
+    let x1 = dev.storage_from_slice(&random_f32(64, 3)).unwrap();
+    assert!(g.matmul_t(q.shape(), &x1, &Layout::contiguous(64)).is_err());
+    // Weights whose shape is not (n, k).
+    assert!(g
+        .matmul_t(&Shape::from((2, 4, 64)), &x, &Layout::contiguous((2, 64)))
+        .is_err());
+    // More elements than the blocks hold.
+    assert!(g.dequantize(8 * 64 + 32, DType::F32).is_err());
+    assert!(g.dequantize(8 * 64, DType::F64).is_err());
+}

@@ -1,0 +1,562 @@
+//! Typed launch wrappers for GGML quantized blocks (module `quantized`): dequantization to
+//! f32/f16/bf16, embedding rows, the quantized matrix-vector product (decode, up to
+//! [`MATVEC_MAX_ROWS`] activation rows) and the indexed mixture-of-experts product.
+//!
+//! Blocks are raw GGML bytes ([`QuantType`] gives each type's block size in elements and bytes,
+//! `kernels/quantized.hip` the layouts). Dequantization is bit-identical to candle-core's CPU
+//! `to_float` (same f32 operations, same order, no FMA contraction); the products accumulate
+//! `activation * dequantized weight` in f32 (no activation quantization) and round the sum once
+//! to the activation dtype.
+//!
+//! Every wrapper validates before launching ([`Error::Layout`] for block buffers that are not a
+//! whole number of blocks, shapes that disagree with the buffers, a `k` that is not a multiple
+//! of the block size, misaligned activations; [`Error::Unsupported`] for an output dtype other
+//! than f32/f16/bf16) and never launches a kernel that could read or write out of bounds. Ids
+//! (embedding rows, experts) are read on the device: an out-of-range id is recorded in the
+//! caller's [`IndexErrorFlag`] (ops [`QuantizedEmbedding`](crate::indexing::IndexOp::QuantizedEmbedding),
+//! [`IndexedMoe`](crate::indexing::IndexOp::IndexedMoe)),
+//! its output row is zeros, and nothing is read out of bounds.
+
+use hip_core::{DeviceSlice, DeviceSliceMut, KernelArg, KernelArgs, LaunchConfig, Stream};
+
+use crate::dtype::KernelDType;
+use crate::elementwise::{function, launch_config, layout_err, unsupported};
+use crate::error::Result;
+use crate::indexing::IndexErrorFlag;
+
+/// The kernel module.
+const MODULE: &str = "quantized";
+/// Threads per block of the matrix-vector launches (8 teams of 32 lanes).
+const MATVEC_BLOCK: u32 = 256;
+/// Output columns per matrix-vector block.
+const MATVEC_COLS_PER_BLOCK: usize = 8;
+/// The most activation rows one matrix-vector launch takes.
+pub const MATVEC_MAX_ROWS: usize = 8;
+
+/// A GGML block type with a device kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuantType {
+    /// 32 elements: f16 scale, 4-bit values.
+    Q4_0,
+    /// 32 elements: f16 scale and min, 4-bit values.
+    Q4_1,
+    /// 32 elements: f16 scale, 5-bit values.
+    Q5_0,
+    /// 32 elements: f16 scale and min, 5-bit values.
+    Q5_1,
+    /// 32 elements: f16 scale, 8-bit values.
+    Q8_0,
+    /// 32 elements: f16 scale and sum, 8-bit values.
+    Q8_1,
+    /// 256 elements: 2-bit values, 4-bit sub-block scales and mins.
+    Q2K,
+    /// 256 elements: 3-bit values, 6-bit sub-block scales.
+    Q3K,
+    /// 256 elements: 4-bit values, 6-bit sub-block scales and mins.
+    Q4K,
+    /// 256 elements: 5-bit values, 6-bit sub-block scales and mins.
+    Q5K,
+    /// 256 elements: 6-bit values, 8-bit sub-block scales.
+    Q6K,
+    /// 256 elements: f32 scale, 8-bit values, 16 partial sums.
+    Q8K,
+}
+
+impl QuantType {
+    /// Every block type.
+    pub const ALL: [QuantType; 12] = [
+        QuantType::Q4_0,
+        QuantType::Q4_1,
+        QuantType::Q5_0,
+        QuantType::Q5_1,
+        QuantType::Q8_0,
+        QuantType::Q8_1,
+        QuantType::Q2K,
+        QuantType::Q3K,
+        QuantType::Q4K,
+        QuantType::Q5K,
+        QuantType::Q6K,
+        QuantType::Q8K,
+    ];
+
+    /// The name in kernel names (`dequantize_q4k_f32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantType::Q4_0 => "q4_0",
+            QuantType::Q4_1 => "q4_1",
+            QuantType::Q5_0 => "q5_0",
+            QuantType::Q5_1 => "q5_1",
+            QuantType::Q8_0 => "q8_0",
+            QuantType::Q8_1 => "q8_1",
+            QuantType::Q2K => "q2k",
+            QuantType::Q3K => "q3k",
+            QuantType::Q4K => "q4k",
+            QuantType::Q5K => "q5k",
+            QuantType::Q6K => "q6k",
+            QuantType::Q8K => "q8k",
+        }
+    }
+
+    /// Elements per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            QuantType::Q4_0
+            | QuantType::Q4_1
+            | QuantType::Q5_0
+            | QuantType::Q5_1
+            | QuantType::Q8_0
+            | QuantType::Q8_1 => 32,
+            _ => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QuantType::Q4_0 => 18,
+            QuantType::Q4_1 => 20,
+            QuantType::Q5_0 => 22,
+            QuantType::Q5_1 => 24,
+            QuantType::Q8_0 => 34,
+            QuantType::Q8_1 => 36,
+            QuantType::Q2K => 84,
+            QuantType::Q3K => 110,
+            QuantType::Q4K => 144,
+            QuantType::Q5K => 176,
+            QuantType::Q6K => 210,
+            QuantType::Q8K => 292,
+        }
+    }
+
+    /// The bytes of a row of `k` elements, or an error when `k` is not a multiple of the block.
+    pub fn row_bytes(self, op: &str, k: usize) -> Result<usize> {
+        if !k.is_multiple_of(self.block_elems()) {
+            return Err(layout_err(
+                op,
+                format!(
+                    "a row of {k} elements is not a whole number of {} blocks ({} elements each)",
+                    self.name(),
+                    self.block_elems()
+                ),
+            ));
+        }
+        Ok(k / self.block_elems() * self.block_bytes())
+    }
+
+    /// The element count of `bytes` of blocks, or an error when they are not whole blocks.
+    pub fn elems_of(self, op: &str, bytes: usize) -> Result<usize> {
+        if !bytes.is_multiple_of(self.block_bytes()) {
+            return Err(layout_err(
+                op,
+                format!(
+                    "{bytes} bytes are not a whole number of {} blocks ({} bytes each)",
+                    self.name(),
+                    self.block_bytes()
+                ),
+            ));
+        }
+        Ok(bytes / self.block_bytes() * self.block_elems())
+    }
+}
+
+/// The float dtypes the kernels read and write.
+fn check_float<T: KernelDType>(op: &str) -> Result<()> {
+    match T::NAME {
+        "f32" | "f16" | "bf16" => Ok(()),
+        other => Err(unsupported(
+            op,
+            other,
+            "quantized kernels take and produce f32, f16 or bf16",
+        )),
+    }
+}
+
+/// A scalar kernel argument.
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    U64(usize),
+    U32(u32),
+}
+
+impl KernelArg for Arg {
+    fn push_arg(&self, args: &mut KernelArgs, _stream: &Stream) -> hip_core::Result<()> {
+        match *self {
+            Arg::U64(v) => args.push(v as u64),
+            Arg::U32(v) => args.push(v),
+        }
+        Ok(())
+    }
+}
+
+/// `v` as a u32 kernel argument, or an error naming `what`.
+fn u32_arg(op: &str, what: &str, v: usize) -> Result<Arg> {
+    u32::try_from(v)
+        .ok()
+        .filter(|&v| v < i32::MAX as u32)
+        .map(Arg::U32)
+        .ok_or_else(|| {
+            layout_err(
+                op,
+                format!("{what} = {v} does not fit the kernel's 32-bit index"),
+            )
+        })
+}
+
+/// Dequantizes `blocks` (whole blocks of `q`) into `dst` (exactly their element count).
+pub fn dequantize<O: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    blocks: &DeviceSlice<'_, u8>,
+    dst: &mut DeviceSliceMut<'_, O>,
+) -> Result<()> {
+    let op = "dequantize";
+    check_float::<O>(op)?;
+    let n = q.elems_of(op, blocks.len())?;
+    if dst.len() != n {
+        return Err(layout_err(
+            op,
+            format!(
+                "{} bytes of {} blocks hold {n} elements, the destination {}",
+                blocks.len(),
+                q.name(),
+                dst.len()
+            ),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let groups = n / 8;
+    let f = function(
+        stream,
+        MODULE,
+        &format!("dequantize_{}_{}", q.name(), O::NAME),
+    )?;
+    let builder = f
+        .builder(stream, launch_config(stream, groups))
+        .arg(Arg::U64(groups))
+        .arg(*blocks);
+    // SAFETY: (u64 groups, const u8* blocks, O* dst) is the kernel's signature; it reads the
+    // `groups * 8 / QK` whole blocks of `blocks` (checked above to be exactly its length) and
+    // writes dst[0 .. groups * 8) = dst's length (checked).
+    unsafe { builder.arg(&mut *dst).launch()? };
+    Ok(())
+}
+
+/// The element type of an F32/F16/BF16 "quantized" tensor (plain elements, no blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlainType {
+    /// f32.
+    F32,
+    /// f16.
+    F16,
+    /// bf16.
+    BF16,
+}
+
+impl PlainType {
+    /// The name in kernel names.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlainType::F32 => "f32",
+            PlainType::F16 => "f16",
+            PlainType::BF16 => "bf16",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            PlainType::F32 => 4,
+            PlainType::F16 | PlainType::BF16 => 2,
+        }
+    }
+}
+
+/// Converts the first `dst.len()` elements of `src` (raw bytes of `s` elements, starting at an
+/// address aligned to the element size) into `dst`.
+pub fn dequantize_plain<O: KernelDType>(
+    stream: &Stream,
+    s: PlainType,
+    src: &DeviceSlice<'_, u8>,
+    dst: &mut DeviceSliceMut<'_, O>,
+) -> Result<()> {
+    let op = "dequantize";
+    check_float::<O>(op)?;
+    let n = dst.len();
+    if n.checked_mul(s.size()).is_none_or(|b| b > src.len()) {
+        return Err(layout_err(
+            op,
+            format!(
+                "{n} {} elements requested, the source holds {} bytes",
+                s.name(),
+                src.len()
+            ),
+        ));
+    }
+    if !src.device_ptr().0.is_multiple_of(s.size() as u64) {
+        return Err(layout_err(
+            op,
+            "the source is not aligned to its element size",
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let f = function(
+        stream,
+        MODULE,
+        &format!("dequantize_plain_{}_{}", s.name(), O::NAME),
+    )?;
+    let builder = f
+        .builder(stream, launch_config(stream, n))
+        .arg(Arg::U64(n))
+        .arg(*src);
+    // SAFETY: (u64 n, const u8* src, O* dst): the kernel reads n elements of `s` from src (n x
+    // size bytes, within src, aligned: checked) and writes dst[0 .. n) (dst's length).
+    unsafe { builder.arg(&mut *dst).launch()? };
+    Ok(())
+}
+
+/// `dst[r] = table[ids[r]]` dequantized, for the `(rows, hidden)` table in `blocks`; `dst` holds
+/// `ids.len() * hidden` elements. Out-of-range ids are recorded in `flag` (their rows are zeros).
+pub fn embedding<O: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    blocks: &DeviceSlice<'_, u8>,
+    (rows, hidden): (usize, usize),
+    ids: &DeviceSlice<'_, u32>,
+    dst: &mut DeviceSliceMut<'_, O>,
+    flag: &IndexErrorFlag,
+) -> Result<()> {
+    let op = "qembedding";
+    check_float::<O>(op)?;
+    let row_bytes = q.row_bytes(op, hidden)?;
+    if rows.checked_mul(row_bytes) != Some(blocks.len()) {
+        return Err(layout_err(
+            op,
+            format!(
+                "a ({rows}, {hidden}) {} table needs {} bytes, the blocks hold {}",
+                q.name(),
+                rows.saturating_mul(row_bytes),
+                blocks.len()
+            ),
+        ));
+    }
+    if ids.len().checked_mul(hidden) != Some(dst.len()) {
+        return Err(layout_err(
+            op,
+            format!(
+                "{} ids of {hidden} elements, the destination holds {}",
+                ids.len(),
+                dst.len()
+            ),
+        ));
+    }
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let groups = dst.len() / 8;
+    let flag_arg = flag.arg(op, stream)?;
+    let f = function(
+        stream,
+        MODULE,
+        &format!("qembedding_{}_{}", q.name(), O::NAME),
+    )?;
+    let builder = f
+        .builder(stream, launch_config(stream, groups))
+        .arg(Arg::U64(groups))
+        .arg(Arg::U64(hidden / 8))
+        .arg(Arg::U64(rows))
+        .arg(*ids)
+        .arg(*blocks)
+        .arg(&mut *dst);
+    // SAFETY: (u64 groups, u64 groups_per_row, u64 rows, const u32* ids, const u8* blocks,
+    // O* dst, u32* err): the kernel reads ids[0 .. groups / groups_per_row) = ids (checked),
+    // table rows below `rows` only (the blocks hold exactly rows x row_bytes, checked), writes
+    // dst[0 .. groups * 8) = dst (checked) and the 8-word error record.
+    unsafe { builder.arg(flag_arg).launch()? };
+    Ok(())
+}
+
+/// The launch shape of a matrix-vector product over `n` output columns and `ys` rows of pairs.
+fn matvec_config(n: usize, ys: usize) -> Result<LaunchConfig> {
+    let blocks = n.div_ceil(MATVEC_COLS_PER_BLOCK);
+    let op = "qmatvec";
+    let gx = u32::try_from(blocks)
+        .ok()
+        .filter(|&b| b <= i32::MAX as u32)
+        .ok_or_else(|| layout_err(op, format!("{n} output columns are too many")))?;
+    let gy = u32::try_from(ys)
+        .ok()
+        .filter(|&y| y <= 65_535)
+        .ok_or_else(|| {
+            layout_err(
+                op,
+                format!("{ys} (token, expert) pairs exceed one launch's 65535"),
+            )
+        })?;
+    Ok(LaunchConfig {
+        grid: [gx, gy, 1],
+        block: [MATVEC_BLOCK, 1, 1],
+        shared_mem_bytes: 0,
+    })
+}
+
+/// Checks that `x` starts 16-byte aligned (the kernels load 8 activations at a time).
+fn check_aligned<T: KernelDType>(op: &str, x: &DeviceSlice<'_, T>) -> Result<()> {
+    if x.device_ptr().0 % 16 != 0 {
+        return Err(layout_err(
+            op,
+            "the activations must start 16-byte aligned (copy them to a fresh buffer)",
+        ));
+    }
+    Ok(())
+}
+
+/// `y (m, n) = x (m, k) . W^T` for the `(n, k)` weights `w` in blocks of `q`, `1 <= m <=`
+/// [`MATVEC_MAX_ROWS`]; `x` and `y` are contiguous, `x` 16-byte aligned.
+pub fn matvec<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    x: &DeviceSlice<'_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    let op = "qmatvec";
+    check_float::<I>(op)?;
+    if m == 0 || m > MATVEC_MAX_ROWS {
+        return Err(layout_err(
+            op,
+            format!("takes 1 to {MATVEC_MAX_ROWS} activation rows, got {m}"),
+        ));
+    }
+    let row_bytes = q.row_bytes(op, k)?;
+    if n.checked_mul(row_bytes) != Some(w.len()) {
+        return Err(layout_err(
+            op,
+            format!(
+                "({n}, {k}) {} weights need {} bytes, the blocks hold {}",
+                q.name(),
+                n.saturating_mul(row_bytes),
+                w.len()
+            ),
+        ));
+    }
+    if x.len() != m * k || y.len() != m * n {
+        return Err(layout_err(
+            op,
+            format!(
+                "x holds {} elements and y {}, for ({m}, {k}) x ({n}, {k})^T",
+                x.len(),
+                y.len()
+            ),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return y.memset_async(0).map_err(Into::into);
+    }
+    check_aligned(op, x)?;
+    let args = [
+        u32_arg(op, "m", m)?,
+        u32_arg(op, "n", n)?,
+        u32_arg(op, "k", k)?,
+    ];
+    let f = function(stream, MODULE, &format!("qmatvec_{}_{}", q.name(), I::NAME))?;
+    let mut builder = f.builder(stream, matvec_config(n, 1)?);
+    for a in args {
+        builder = builder.arg(a);
+    }
+    let builder = builder.arg(*w).arg(*x);
+    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const I* x, I* y): the kernel reads the n
+    // weight rows of row_bytes (w's exact length, checked), x[0 .. m k) (checked, aligned) and
+    // writes y[0 .. m n) (checked); teams past n return before touching memory.
+    unsafe { builder.arg(&mut *y).launch()? };
+    Ok(())
+}
+
+/// The indexed mixture-of-experts product: `w` holds `(experts, n, k)` weights; `ids` is
+/// `(batch, topk)`, `x` is `(batch, x_rows, k)` with `x_rows` 1 or `topk`; `y` is
+/// `(batch, topk, n)` with row `(b, t) = x[b, x_rows == 1 ? 0 : t] . W[ids[b, t]]^T`. An id of
+/// `experts` or more is recorded in `flag` and its row is zeros.
+#[allow(clippy::too_many_arguments)]
+pub fn moe<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (experts, n, k): (usize, usize, usize),
+    ids: &DeviceSlice<'_, u32>,
+    (batch, topk, x_rows): (usize, usize, usize),
+    x: &DeviceSlice<'_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+    flag: &IndexErrorFlag,
+) -> Result<()> {
+    let op = "indexed_moe_forward";
+    check_float::<I>(op)?;
+    let row_bytes = q.row_bytes(op, k)?;
+    if experts
+        .checked_mul(n)
+        .and_then(|r| r.checked_mul(row_bytes))
+        != Some(w.len())
+    {
+        return Err(layout_err(
+            op,
+            format!(
+                "({experts}, {n}, {k}) {} weights do not match {} bytes of blocks",
+                q.name(),
+                w.len()
+            ),
+        ));
+    }
+    if x_rows != 1 && x_rows != topk {
+        return Err(layout_err(
+            op,
+            format!("x has {x_rows} rows per token, expected 1 or topk = {topk}"),
+        ));
+    }
+    let pairs = batch * topk;
+    if ids.len() != pairs || x.len() != batch * x_rows * k || y.len() != pairs * n {
+        return Err(layout_err(
+            op,
+            format!(
+                "ids hold {}, x {} and y {} elements for batch {batch}, topk {topk}, \
+                 {x_rows} x row(s) of {k}, {n} outputs",
+                ids.len(),
+                x.len(),
+                y.len()
+            ),
+        ));
+    }
+    if pairs == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return y.memset_async(0).map_err(Into::into);
+    }
+    check_aligned(op, x)?;
+    let args = [
+        u32_arg(op, "pairs", pairs)?,
+        u32_arg(op, "topk", topk)?,
+        u32_arg(op, "x rows", x_rows)?,
+        u32_arg(op, "n", n)?,
+        u32_arg(op, "k", k)?,
+        u32_arg(op, "experts", experts)?,
+    ];
+    let flag_arg = flag.arg(op, stream)?;
+    let f = function(stream, MODULE, &format!("qmoe_{}_{}", q.name(), I::NAME))?;
+    let mut builder = f.builder(stream, matvec_config(n, pairs)?);
+    for a in args {
+        builder = builder.arg(a);
+    }
+    let builder = builder.arg(*ids).arg(*w).arg(*x).arg(&mut *y);
+    // SAFETY: (u32 pairs, topk, x_rows, n, k, experts, const u32* ids, const u8* w, const I* x,
+    // I* y, u32* err): ids[0 .. pairs), expert rows below `experts` (out-of-range ids are
+    // skipped), x rows below batch * x_rows and y[0 .. pairs n) are all inside their buffers
+    // (checked above); the error record is the flag's 8 words.
+    unsafe { builder.arg(flag_arg).launch()? };
+    Ok(())
+}
