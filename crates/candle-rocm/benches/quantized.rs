@@ -1,0 +1,138 @@
+//! Quantized matmul ([`QRocmStorage::matmul_t`]) beside references measured in the same run:
+//!
+//! * `qmatvec_14336x4096_{type}`: one activation row (f32) times a 14336 x 4096 weight of
+//!   Q4_0, Q4K, Q6K and Q8_0, throughput = the quantized weight bytes read; beside
+//!   `reference_copy`, a device-to-device copy of a buffer of the same size (throughput = bytes
+//!   read + bytes written, the usual copy-bandwidth convention);
+//! * `qprefill_512x4096x14336_{type}`: 512 f16 activation rows times the same weights
+//!   (dequantize to f16 + GEMM, whole time), throughput = 2 m n k FLOPs; beside
+//!   `reference_f16_gemm`, the dense f16 GEMM of the same shape through candle-rocm's matmul.
+//!
+//! On a GPU machine: `cargo bench -p candle-rocm --no-default-features --bench quantized -- --warm-up-time 1 --measurement-time 2`
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
+use std::time::Duration;
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Layout, Shape, Tensor};
+use candle_rocm::{QRocmStorage, RocmDevice};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use hip_core::Event;
+
+const N: usize = 14336;
+const K: usize = 4096;
+const TYPES: [GgmlDType; 4] = [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0];
+
+fn device() -> Option<RocmDevice> {
+    match RocmDevice::new(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("candle-rocm benches need a GPU: {e}");
+            None
+        }
+    }
+}
+
+/// GPU time of `iters` calls of `op` queued on the device's stream.
+fn gpu_time(dev: &RocmDevice, iters: u64, mut op: impl FnMut()) -> Duration {
+    let d = dev.hip_device();
+    let start = Event::new(d, true).unwrap();
+    let end = Event::new(d, true).unwrap();
+    start.record(dev.stream()).unwrap();
+    for _ in 0..iters {
+        op();
+    }
+    end.record(dev.stream()).unwrap();
+    end.synchronize().unwrap();
+    Duration::from_secs_f64(start.elapsed_ms(&end).unwrap() as f64 * 1e-3)
+}
+
+/// Random weights quantized on the CPU (a few distinct rows repeated: quantizing 58M values
+/// on the host would dominate the run), as blocks on the GPU.
+fn weights(dev: &RocmDevice, dtype: GgmlDType) -> QRocmStorage {
+    let rows = 64;
+    let base = Tensor::rand(-1f32, 1f32, (rows, K), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&base, dtype).unwrap();
+    let data = q.data().unwrap();
+    let mut all = Vec::with_capacity(data.len() * (N / rows));
+    for _ in 0..N / rows {
+        all.extend_from_slice(&data);
+    }
+    QRocmStorage::from_blocks(dev, dtype, &all).unwrap()
+}
+
+fn qmatvec(c: &mut Criterion) {
+    let Some(dev) = device() else { return };
+    let x = dev
+        .rand_uniform(&Shape::from((1, K)), DType::F32, -1.0, 1.0)
+        .unwrap();
+    let xl = Layout::contiguous((1, K));
+    let wshape = Shape::from((N, K));
+    for dtype in TYPES {
+        let w = weights(&dev, dtype);
+        let bytes = w.storage_size_in_bytes();
+        let mut g = c.benchmark_group(format!("qmatvec_{N}x{K}_{dtype:?}"));
+        g.sample_size(20);
+        let src = dev.hip_device().default_stream().alloc::<u8>(bytes).unwrap();
+        let mut dst = dev.hip_device().default_stream().alloc::<u8>(bytes).unwrap();
+        g.throughput(Throughput::Bytes(2 * bytes as u64));
+        g.bench_function("reference_copy", |b| {
+            b.iter_custom(|it| {
+                gpu_time(&dev, it, || {
+                    dst.as_mut_slice()
+                        .copy_from_device(&src.as_slice())
+                        .unwrap()
+                })
+            })
+        });
+        g.throughput(Throughput::Bytes(bytes as u64));
+        g.bench_function("candle_rocm_qmatvec", |b| {
+            b.iter_custom(|it| {
+                gpu_time(&dev, it, || {
+                    std::hint::black_box(w.matmul_t(&wshape, &x, &xl).unwrap());
+                })
+            })
+        });
+        g.finish();
+    }
+}
+
+fn qprefill(c: &mut Criterion) {
+    let Some(dev) = device() else { return };
+    let m = 512;
+    let x = dev
+        .rand_uniform(&Shape::from((m, K)), DType::F16, -1.0, 1.0)
+        .unwrap();
+    let xl = Layout::contiguous((m, K));
+    let wshape = Shape::from((N, K));
+    let dense = dev
+        .rand_uniform(&Shape::from((N, K)), DType::F16, -1.0, 1.0)
+        .unwrap();
+    // (m, k) x (k, n) with the (n, k) weights read transposed, as QMatMul's dense path does.
+    let wt = Layout::new(Shape::from((K, N)), vec![1, K], 0);
+    for dtype in TYPES {
+        let w = weights(&dev, dtype);
+        let mut g = c.benchmark_group(format!("qprefill_{m}x{K}x{N}_{dtype:?}"));
+        g.sample_size(10);
+        g.throughput(Throughput::Elements((2 * m * N * K) as u64));
+        g.bench_function("reference_f16_gemm", |b| {
+            b.iter_custom(|it| {
+                gpu_time(&dev, it, || {
+                    std::hint::black_box(x.matmul(&dense, (1, m, N, K), &xl, &wt).unwrap());
+                })
+            })
+        });
+        g.bench_function("candle_rocm_qmatmul", |b| {
+            b.iter_custom(|it| {
+                gpu_time(&dev, it, || {
+                    std::hint::black_box(w.matmul_t(&wshape, &x, &xl).unwrap());
+                })
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, qmatvec, qprefill);
+criterion_main!(benches);
