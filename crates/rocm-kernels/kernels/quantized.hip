@@ -46,9 +46,11 @@
 //       code 7) and its output row is zeros.
 //
 // Launch shape of qmatvec/qmoe: blocks of 256 threads = 8 teams of 32 lanes (half a wavefront on
-// wave64, a warp on NVIDIA and wave32), one output column per team; grid (ceil(n / 8), 1) for
-// qmatvec and (ceil(n / 8), pairs) for qmoe. Lanes stride over the row's groups of 8; team sums
-// use xor shuffles below 32, which stay inside a team on every wave size.
+// wave64, a warp on NVIDIA and wave32), 4 output columns per team (32 per block); grid
+// (ceil(n / 32), 1) for qmatvec and (ceil(n / 32), pairs) for qmoe. Lanes stride over the row's
+// groups of 8 and reuse each group of activations for the team's 4 columns; team sums use xor
+// shuffles below 32, which stay inside a team on every wave size. Blocks, activations and
+// outputs of dequantize/qembedding are 16-byte aligned (the wrappers check).
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -85,6 +87,40 @@ __device__ __forceinline__ float qk_f16(const u8* p) {
     return __half2float(__ushort_as_half(*(const unsigned short*)p));
 }
 
+// The 8 bytes at p, which is aligned to A (8, 4 or 2) bytes, with the widest loads A allows.
+template <int A> struct qk_bytes;
+template <> struct qk_bytes<8> {
+    static __device__ __forceinline__ void load(const u8* p, u8* o) {
+        const uint2 v = *(const uint2*)p;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            o[t] = (u8)(v.x >> (8 * t));
+            o[t + 4] = (u8)(v.y >> (8 * t));
+        }
+    }
+};
+template <> struct qk_bytes<4> {
+    static __device__ __forceinline__ void load(const u8* p, u8* o) {
+        const u32 a = ((const u32*)p)[0], b = ((const u32*)p)[1];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            o[t] = (u8)(a >> (8 * t));
+            o[t + 4] = (u8)(b >> (8 * t));
+        }
+    }
+};
+template <> struct qk_bytes<2> {
+    static __device__ __forceinline__ void load(const u8* p, u8* o) {
+        const unsigned short* h = (const unsigned short*)p;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const unsigned short v = h[t];
+            o[2 * t] = (u8)v;
+            o[2 * t + 1] = (u8)(v >> 8);
+        }
+    }
+};
+
 // The 6-bit scale and min `j` (0..8) of a q4k/q5k block's 12 scale bytes.
 __device__ __forceinline__ void qk_scale_min_k4(int j, const u8* q, int& sc, int& m) {
     if (j < 4) {
@@ -100,7 +136,8 @@ struct qk_q4_0 {
     enum { QK = 32, BYTES = 18 };
     static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
         const float d = qk_f16(b);
-        const u8* qs = b + 2 + (g & 1) * 8;
+        u8 qs[8];
+        qk_bytes<2>::load(b + 2 + (g & 1) * 8, qs);
         const int shift = (g >> 1) * 4;
 #pragma unroll
         for (int t = 0; t < 8; ++t) y[t] = qk_mul((float)(((qs[t] >> shift) & 0xF) - 8), d);
@@ -112,23 +149,22 @@ struct qk_q4_1 {
     static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
         const float d = qk_f16(b);
         const float m = qk_f16(b + 2);
-        const u8* qs = b + 4 + (g & 1) * 8;
+        u8 qs[8];
+        qk_bytes<4>::load(b + 4 + (g & 1) * 8, qs);
         const int shift = (g >> 1) * 4;
 #pragma unroll
         for (int t = 0; t < 8; ++t) y[t] = qk_add(qk_mul((float)((qs[t] >> shift) & 0xF), d), m);
     }
 };
 
-__device__ __forceinline__ u32 qk_u32_bytes(const u8* p) {
-    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
-}
-
 struct qk_q5_0 {
     enum { QK = 32, BYTES = 22 };
     static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
         const float d = qk_f16(b);
-        const u32 qh = qk_u32_bytes(b + 2);
-        const u8* qs = b + 6 + (g & 1) * 8;
+        const unsigned short* qh16 = (const unsigned short*)(b + 2);
+        const u32 qh = (u32)qh16[0] | ((u32)qh16[1] << 16);
+        u8 qs[8];
+        qk_bytes<2>::load(b + 6 + (g & 1) * 8, qs);
         const int shift = (g >> 1) * 4;
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
@@ -144,8 +180,9 @@ struct qk_q5_1 {
     static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
         const float d = qk_f16(b);
         const float m = qk_f16(b + 2);
-        const u32 qh = qk_u32_bytes(b + 4);
-        const u8* qs = b + 8 + (g & 1) * 8;
+        const u32 qh = *(const u32*)(b + 4);
+        u8 qs[8];
+        qk_bytes<8>::load(b + 8 + (g & 1) * 8, qs);
         const int shift = (g >> 1) * 4;
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
@@ -160,9 +197,10 @@ struct qk_q8_0 {
     enum { QK = 32, BYTES = 34 };
     static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
         const float d = qk_f16(b);
-        const signed char* qs = (const signed char*)(b + 2) + g * 8;
+        u8 qs[8];
+        qk_bytes<2>::load(b + 2 + g * 8, qs);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_mul((float)qs[t], d);
+        for (int t = 0; t < 8; ++t) y[t] = qk_mul((float)(signed char)qs[t], d);
     }
 };
 
@@ -170,9 +208,10 @@ struct qk_q8_1 {
     enum { QK = 32, BYTES = 36 };
     static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
         const float d = qk_f16(b);
-        const signed char* qs = (const signed char*)(b + 4) + g * 8;
+        u8 qs[8];
+        qk_bytes<4>::load(b + 4 + g * 8, qs);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_mul((float)qs[t], d);
+        for (int t = 0; t < 8; ++t) y[t] = qk_mul((float)(signed char)qs[t], d);
     }
 };
 
@@ -186,7 +225,8 @@ struct qk_q2k {
         const u8 sc = b[h * 8 + j * 2 + (l >> 4)];
         const float dl = qk_mul(qk_f16(b + 80), (float)(sc & 0xF));
         const float ml = qk_mul(qk_f16(b + 82), (float)(sc >> 4));
-        const u8* qs = b + 16 + h * 32 + l;
+        u8 qs[8];
+        qk_bytes<4>::load(b + 16 + h * 32 + l, qs);
 #pragma unroll
         for (int t = 0; t < 8; ++t) y[t] = qk_sub(qk_mul(dl, (float)((qs[t] >> (2 * j)) & 3)), ml);
     }
@@ -206,8 +246,9 @@ struct qk_q3k {
         const int lo = i < 8 ? (scales[i] & 0xF) : (scales[i - 8] >> 4);
         const int hi = (scales[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
         const float dl = qk_mul(qk_f16(b + 108), (float)((lo | (hi << 4)) - 32));
-        const u8* qs = b + 32 + h * 32 + l;
-        const u8* hmask = b + l;
+        u8 qs[8], hmask[8];
+        qk_bytes<2>::load(b + 32 + h * 32 + l, qs);
+        qk_bytes<2>::load(b + l, hmask);
         const int mbit = 1 << (h * 4 + j);
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
@@ -228,7 +269,8 @@ struct qk_q4k {
         qk_scale_min_k4(2 * c + s, b + 4, sc, m);
         const float d1 = qk_mul(qk_f16(b), (float)sc);
         const float m1 = qk_mul(qk_f16(b + 2), (float)m);
-        const u8* qs = b + 16 + c * 32 + l;
+        u8 qs[8];
+        qk_bytes<8>::load(b + 16 + c * 32 + l, qs);
 #pragma unroll
         for (int t = 0; t < 8; ++t) y[t] = qk_sub(qk_mul(d1, (float)((qs[t] >> (4 * s)) & 0xF)), m1);
     }
@@ -244,8 +286,9 @@ struct qk_q5k {
         qk_scale_min_k4(2 * c + s, b + 4, sc, m);
         const float d1 = qk_mul(qk_f16(b), (float)sc);
         const float m1 = qk_mul(qk_f16(b + 2), (float)m);
-        const u8* qh = b + 16 + l;
-        const u8* qs = b + 48 + c * 32 + l;
+        u8 qh[8], qs[8];
+        qk_bytes<8>::load(b + 16 + l, qh);
+        qk_bytes<8>::load(b + 48 + c * 32 + l, qs);
         const int hbit = 1 << (2 * c + s);
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
@@ -265,8 +308,9 @@ struct qk_q6k {
         const int n = e >> 7, i = (e >> 5) & 3, l = e & 31;
         const signed char sc = ((const signed char*)(b + 192))[8 * n + (l >> 4) + 2 * i];
         const float ds = qk_mul(qk_f16(b + 208), (float)sc);
-        const u8* ql = b + 64 * n + l + 32 * (i & 1);
-        const u8* qh = b + 128 + 32 * n + l;
+        u8 ql[8], qh[8];
+        qk_bytes<2>::load(b + 64 * n + l + 32 * (i & 1), ql);
+        qk_bytes<2>::load(b + 128 + 32 * n + l, qh);
         const int lshift = (i >> 1) * 4;
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
@@ -280,9 +324,10 @@ struct qk_q8k {
     enum { QK = 256, BYTES = 292 };
     static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
         const float d = *(const float*)b;
-        const signed char* qs = (const signed char*)(b + 4) + g * 8;
+        u8 qs[8];
+        qk_bytes<4>::load(b + 4 + g * 8, qs);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_mul(d, (float)qs[t]);
+        for (int t = 0; t < 8; ++t) y[t] = qk_mul(d, (float)(signed char)qs[t]);
     }
 };
 
@@ -291,6 +336,28 @@ struct qk_q8k {
 // ---------------------------------------------------------------------------------------------
 
 template <typename O> __device__ __forceinline__ O qk_out(float v) { return rk_from_compute<O>(v); }
+
+// Stores 8 values at dst (16-byte aligned), rounded to O, with 16-byte stores.
+__device__ __forceinline__ void qk_store8(f32* dst, const float* y) {
+    ((float4*)dst)[0] = make_float4(y[0], y[1], y[2], y[3]);
+    ((float4*)dst)[1] = make_float4(y[4], y[5], y[6], y[7]);
+}
+__device__ __forceinline__ void qk_store8(f16* dst, const float* y) {
+    u32 w[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+        w[t] = (u32)__half_as_ushort(__float2half(y[2 * t])) |
+               ((u32)__half_as_ushort(__float2half(y[2 * t + 1])) << 16);
+    *(uint4*)dst = make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void qk_store8(bf16* dst, const float* y) {
+    u32 w[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+        w[t] = (u32)__bfloat16_as_ushort(__float2bfloat16(y[2 * t])) |
+               ((u32)__bfloat16_as_ushort(__float2bfloat16(y[2 * t + 1])) << 16);
+    *(uint4*)dst = make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 template <typename Q>
 __device__ __forceinline__ void qk_deq_group(const u8* blocks, u64 group, float* y) {
@@ -303,8 +370,7 @@ __device__ void qk_dequantize(u64 groups, const u8* blocks, O* dst) {
     for (u64 i = rk_thread_id(); i < groups; i += rk_thread_count()) {
         float y[8];
         qk_deq_group<Q>(blocks, i, y);
-#pragma unroll
-        for (int t = 0; t < 8; ++t) dst[i * 8 + t] = qk_out<O>(y[t]);
+        qk_store8(dst + i * 8, y);
     }
 }
 
@@ -332,8 +398,7 @@ __device__ void qk_embedding(u64 groups, u64 groups_per_row, u64 rows, const u32
 #pragma unroll
             for (int t = 0; t < 8; ++t) y[t] = 0.0f;
         }
-#pragma unroll
-        for (int t = 0; t < 8; ++t) dst[i * 8 + t] = qk_out<O>(y[t]);
+        qk_store8(dst + i * 8, y);
     }
 }
 
@@ -388,21 +453,34 @@ __device__ __forceinline__ void qk_load8(const bf16* x, float* v) {
     }
 }
 
-// acc[r] += this lane's share of x[r] . row, over the row's k / 8 groups; lanes stride by 32.
+// Columns (weight rows) per team: each lane's activations are loaded once and used for all of
+// them.
+#define QK_COLS 4
+
+// acc[r][c] += this lane's share of x[r] . W[col0 + c], over the row's k / 8 groups (lanes
+// stride by 32); columns at or past n are skipped.
 template <typename Q, typename I>
-__device__ __forceinline__ void qk_row_dot(const u8* row, const I* x, u64 x_stride, u32 m, u32 k,
-                                           int lane, float* acc) {
+__device__ __forceinline__ void qk_rows_dot(const u8* w, u64 row_bytes, u32 col0, u32 n, const I* x,
+                                            u64 x_stride, u32 m, u32 k, int lane,
+                                            float (*acc)[QK_COLS]) {
     const u32 groups = k / 8;
+    const u32 cols = min((u32)QK_COLS, n - col0);
     for (u32 gi = (u32)lane; gi < groups; gi += QK_TEAM) {
-        float w[8];
-        qk_deq_group<Q>(row, gi, w);
+        float wv[QK_COLS][8];
+#pragma unroll
+        for (u32 c = 0; c < QK_COLS; ++c) {
+            if (c < cols) qk_deq_group<Q>(w + (u64)(col0 + c) * row_bytes, gi, wv[c]);
+        }
 #pragma unroll
         for (u32 r = 0; r < QK_MAX_M; ++r) {
             if (r < m) {
                 float v[8];
                 qk_load8(x + r * x_stride + (u64)gi * 8, v);
 #pragma unroll
-                for (int t = 0; t < 8; ++t) acc[r] = fmaf(w[t], v[t], acc[r]);
+                for (u32 c = 0; c < QK_COLS; ++c) {
+#pragma unroll
+                    for (int t = 0; t < 8; ++t) acc[r][c] = fmaf(wv[c][t], v[t], acc[r][c]);
+                }
             }
         }
     }
@@ -418,19 +496,24 @@ __device__ __forceinline__ float qk_team_sum(float v) {
 template <typename Q, typename I>
 __device__ void qk_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y) {
     const int lane = (int)(threadIdx.x % QK_TEAM);
-    const u32 col = blockIdx.x * QK_TEAMS + threadIdx.x / QK_TEAM;
-    // Every lane of a team has the same col: the shuffles below see whole teams.
-    if (col >= n) return;
+    const u32 col0 = (blockIdx.x * QK_TEAMS + threadIdx.x / QK_TEAM) * QK_COLS;
+    // Every lane of a team has the same col0: the shuffles below see whole teams.
+    if (col0 >= n) return;
     const u64 row_bytes = (u64)(k / Q::QK) * Q::BYTES;
-    float acc[QK_MAX_M];
+    float acc[QK_MAX_M][QK_COLS];
 #pragma unroll
-    for (int r = 0; r < QK_MAX_M; ++r) acc[r] = 0.0f;
-    qk_row_dot<Q, I>(w + col * row_bytes, x, k, m, k, lane, acc);
+    for (int r = 0; r < QK_MAX_M; ++r)
+#pragma unroll
+        for (int c = 0; c < QK_COLS; ++c) acc[r][c] = 0.0f;
+    qk_rows_dot<Q, I>(w, row_bytes, col0, n, x, k, m, k, lane, acc);
 #pragma unroll
     for (u32 r = 0; r < QK_MAX_M; ++r) {
         if (r < m) {
-            const float s = qk_team_sum(acc[r]);
-            if (lane == 0) y[(u64)r * n + col] = rk_from_compute<I>(s);
+#pragma unroll
+            for (u32 c = 0; c < QK_COLS; ++c) {
+                const float s = qk_team_sum(acc[r][c]);
+                if (lane == 0 && col0 + c < n) y[(u64)r * n + col0 + c] = rk_from_compute<I>(s);
+            }
         }
     }
 }
@@ -439,26 +522,31 @@ template <typename Q, typename I>
 __device__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 experts, const u32* ids,
                        const u8* w, const I* x, I* y, u32* err) {
     const int lane = (int)(threadIdx.x % QK_TEAM);
-    const u32 col = blockIdx.x * QK_TEAMS + threadIdx.x / QK_TEAM;
+    const u32 col0 = (blockIdx.x * QK_TEAMS + threadIdx.x / QK_TEAM) * QK_COLS;
     const u32 p = blockIdx.y;
-    if (col >= n || p >= pairs) return;
+    if (col0 >= n || p >= pairs) return;
     const u32 expert = ids[p];
-    I* out = y + (u64)p * n + col;
+    I* out = y + (u64)p * n;
     if (expert >= experts) {
-        if (col == 0 && lane == 0) qk_report(err, QK_ERR_MOE, expert, experts);
-        if (lane == 0) *out = rk_from_compute<I>(0.0f);
+        if (col0 == 0 && lane == 0) qk_report(err, QK_ERR_MOE, expert, experts);
+        if (lane < QK_COLS && col0 + lane < n) out[col0 + lane] = rk_from_compute<I>(0.0f);
         return;
     }
     const u32 b = p / topk, t = p % topk;
     const I* xr = x + ((u64)b * x_rows + (x_rows == 1 ? 0 : t)) * k;
     const u64 row_bytes = (u64)(k / Q::QK) * Q::BYTES;
-    const u8* row = w + ((u64)expert * n + col) * row_bytes;
-    float acc[QK_MAX_M];
+    const u8* we = w + (u64)expert * n * row_bytes;
+    float acc[QK_MAX_M][QK_COLS];
 #pragma unroll
-    for (int r = 0; r < QK_MAX_M; ++r) acc[r] = 0.0f;
-    qk_row_dot<Q, I>(row, xr, k, 1, k, lane, acc);
-    const float s = qk_team_sum(acc[0]);
-    if (lane == 0) *out = rk_from_compute<I>(s);
+    for (int r = 0; r < QK_MAX_M; ++r)
+#pragma unroll
+        for (int c = 0; c < QK_COLS; ++c) acc[r][c] = 0.0f;
+    qk_rows_dot<Q, I>(we, row_bytes, col0, n, xr, k, 1, k, lane, acc);
+#pragma unroll
+    for (u32 c = 0; c < QK_COLS; ++c) {
+        const float s = qk_team_sum(acc[0][c]);
+        if (lane == 0 && col0 + c < n) out[col0 + c] = rk_from_compute<I>(s);
+    }
 }
 
 #define QK_MATVEC_KERNELS(QNAME, QTYPE, INAME, ITYPE)                                            \

@@ -29,7 +29,7 @@ const MODULE: &str = "quantized";
 /// Threads per block of the matrix-vector launches (8 teams of 32 lanes).
 const MATVEC_BLOCK: u32 = 256;
 /// Output columns per matrix-vector block.
-const MATVEC_COLS_PER_BLOCK: usize = 8;
+const MATVEC_COLS_PER_BLOCK: usize = 32;
 /// The most activation rows one matrix-vector launch takes.
 pub const MATVEC_MAX_ROWS: usize = 8;
 
@@ -356,6 +356,8 @@ pub fn embedding<O: KernelDType>(
     if dst.is_empty() {
         return Ok(());
     }
+    check_aligned(op, "the blocks", blocks.device_ptr())?;
+    check_aligned(op, "the destination", dst.device_ptr())?;
     let groups = dst.len() / 8;
     let flag_arg = flag.arg(op, stream)?;
     let f = function(
@@ -403,12 +405,13 @@ fn matvec_config(n: usize, ys: usize) -> Result<LaunchConfig> {
     })
 }
 
-/// Checks that `x` starts 16-byte aligned (the kernels load 8 activations at a time).
-fn check_aligned<T: KernelDType>(op: &str, x: &DeviceSlice<'_, T>) -> Result<()> {
-    if x.device_ptr().0 % 16 != 0 {
+/// Checks that `what` (a device address) is 16-byte aligned: the kernels read blocks, activations
+/// and write dequantized groups with 8- and 16-byte accesses.
+fn check_aligned(op: &str, what: &str, ptr: hip_core::DevicePtr) -> Result<()> {
+    if ptr.0 % 16 != 0 {
         return Err(layout_err(
             op,
-            "the activations must start 16-byte aligned (copy them to a fresh buffer)",
+            format!("{what} must start 16-byte aligned (copy them to a fresh buffer)"),
         ));
     }
     Ok(())
@@ -460,7 +463,8 @@ pub fn matvec<I: KernelDType>(
     if k == 0 {
         return y.memset_async(0).map_err(Into::into);
     }
-    check_aligned(op, x)?;
+    check_aligned(op, "the weight blocks", w.device_ptr())?;
+    check_aligned(op, "the activations", x.device_ptr())?;
     let args = [
         u32_arg(op, "m", m)?,
         u32_arg(op, "n", n)?,
@@ -537,7 +541,8 @@ pub fn moe<I: KernelDType>(
     if k == 0 {
         return y.memset_async(0).map_err(Into::into);
     }
-    check_aligned(op, x)?;
+    check_aligned(op, "the weight blocks", w.device_ptr())?;
+    check_aligned(op, "the activations", x.device_ptr())?;
     let args = [
         u32_arg(op, "pairs", pairs)?,
         u32_arg(op, "topk", topk)?,
