@@ -1,6 +1,7 @@
 //! `cargo xtask`: the workspace's automation, run as `cargo xtask <command>`.
 //!
-//! * `demo`: the README's first command (sentence embeddings on the GPU, Tensor-level Candle);
+//! * `generate`: the README's first command (SmolLM2 text generation on the GPU, Tensor-level Candle);
+//! * `demo`: sentence embeddings (all-MiniLM-L6-v2) on the GPU, checked against the CPU;
 //! * `bindgen`: regenerate the committed FFI bindings from the ROCm headers;
 //! * `build-kernels`: compile the HIP kernels into the committed multi-arch bundles (or `--check` them);
 //! * `install-rocm`: install (or find) the ROCm headers, libraries and AMDGPU clang;
@@ -10,6 +11,7 @@
 mod bindgen;
 mod candle_patch;
 mod demo;
+mod generate;
 mod kernels;
 mod rocm;
 mod test;
@@ -28,9 +30,10 @@ fn main() -> ExitCode {
         "install-rocm" => rocm::install(rest).map(|_| ()),
         "test" => test::run(rest),
         "patch-candle" => candle_patch::run(rest),
+        "generate" => generate::run(rest),
         "demo" => demo::run(rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <demo | bindgen | build-kernels | install-rocm | patch-candle | test> [args]");
+            println!("usage: cargo xtask <generate | demo | bindgen | build-kernels | install-rocm | patch-candle | test> [args]");
             Ok(())
         }
         other => Err(format!(

@@ -113,18 +113,19 @@ fn device_basics() {
         [[1, 5, 9], [2, 6, 10]]
     );
 
-    // Errors, never panics: device mismatch, quantized storage, an out-of-range index.
+    // Errors, never panics: device mismatch, a quantized shape that is not whole blocks, an
+    // out-of-range index.
     let cpu = Tensor::new(&[1f32, 2.], &Device::Cpu).unwrap();
     let gpu = cpu.to_device(&dev).unwrap();
     let err = (&cpu + &gpu).unwrap_err().to_string();
     assert!(err.contains("device mismatch"), "{err}");
     let err = QTensor::quantize(
-        &Tensor::zeros((32, 32), DType::F32, &dev).unwrap(),
+        &Tensor::zeros((32, 30), DType::F32, &dev).unwrap(),
         GgmlDType::Q8_0,
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("quantized"), "{err}");
+    assert!(err.contains("block size"), "{err}");
     let ids = Tensor::new(&[0u32, 7], &dev).unwrap();
     let res = gpu.index_select(&ids, 0).and_then(|t| t.to_vec1::<f32>());
     assert!(res.is_err(), "index 7 of 2 must be an error: {res:?}");
