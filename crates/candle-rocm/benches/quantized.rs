@@ -22,7 +22,12 @@ use hip_core::Event;
 
 const N: usize = 14336;
 const K: usize = 4096;
-const TYPES: [GgmlDType; 4] = [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0];
+const TYPES: [GgmlDType; 4] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8_0,
+];
 
 fn device() -> Option<RocmDevice> {
     match RocmDevice::new(0) {
@@ -74,8 +79,16 @@ fn qmatvec(c: &mut Criterion) {
         let bytes = w.storage_size_in_bytes();
         let mut g = c.benchmark_group(format!("qmatvec_{N}x{K}_{dtype:?}"));
         g.sample_size(20);
-        let src = dev.hip_device().default_stream().alloc::<u8>(bytes).unwrap();
-        let mut dst = dev.hip_device().default_stream().alloc::<u8>(bytes).unwrap();
+        let src = dev
+            .hip_device()
+            .default_stream()
+            .alloc::<u8>(bytes)
+            .unwrap();
+        let mut dst = dev
+            .hip_device()
+            .default_stream()
+            .alloc::<u8>(bytes)
+            .unwrap();
         g.throughput(Throughput::Bytes(2 * bytes as u64));
         g.bench_function("reference_copy", |b| {
             b.iter_custom(|it| {

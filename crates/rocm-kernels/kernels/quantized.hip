@@ -46,9 +46,10 @@
 //       code 7) and its output row is zeros.
 //
 // Launch shape of qmatvec/qmoe: blocks of 256 threads = 8 teams of 32 lanes (half a wavefront on
-// wave64, a warp on NVIDIA and wave32), 4 output columns per team (32 per block); grid
-// (ceil(n / 32), 1) for qmatvec and (ceil(n / 32), pairs) for qmoe. Lanes stride over the row's
-// groups of 8 and reuse each group of activations for the team's 4 columns; team sums use xor
+// wave64, a warp on NVIDIA and wave32), QK_COLS output columns per team (8 QK_COLS per block);
+// grid (ceil(n / (8 QK_COLS)), 1) for qmatvec and (.., pairs) for qmoe. Lanes stride over the
+// row's groups of 8 and reuse each group of activations for the team's columns (QK_COLS = 4
+// measured slower than 1 on an H100: a quarter of the teams in flight); team sums use xor
 // shuffles below 32, which stay inside a team on every wave size. Blocks, activations and
 // outputs of dequantize/qembedding are 16-byte aligned (the wrappers check).
 
@@ -455,7 +456,7 @@ __device__ __forceinline__ void qk_load8(const bf16* x, float* v) {
 
 // Columns (weight rows) per team: each lane's activations are loaded once and used for all of
 // them.
-#define QK_COLS 4
+#define QK_COLS 1
 
 // acc[r][c] += this lane's share of x[r] . W[col0 + c], over the row's k / 8 groups (lanes
 // stride by 32); columns at or past n are skipped.

@@ -29,7 +29,7 @@ const MODULE: &str = "quantized";
 /// Threads per block of the matrix-vector launches (8 teams of 32 lanes).
 const MATVEC_BLOCK: u32 = 256;
 /// Output columns per matrix-vector block.
-const MATVEC_COLS_PER_BLOCK: usize = 32;
+const MATVEC_COLS_PER_BLOCK: usize = 8;
 /// The most activation rows one matrix-vector launch takes.
 pub const MATVEC_MAX_ROWS: usize = 8;
 
