@@ -33,6 +33,8 @@
 //!   for every layout candle's CUDA backend accepts and more (see the `matmul` module docs);
 //!   `conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d` on MIOpen (cuDNN on NVIDIA) or
 //!   our im2col/col2im kernels + GEMM, selectable with [`ConvPath`] (see [`conv`]).
+//! * Quantized GGML tensors of every `GgmlDType`: [`QRocmStorage`] (see [`quantized`]), behind
+//!   Candle's `QTensor`/`QMatMul` with feature `tensor`.
 //! * Not implemented yet, each returning a typed [`RocmError`] that names the op and dtype:
 //!   f8e4m3 reductions, matmul, convolutions, pooling, upsampling, random numbers, sorting and
 //!   fused ops.
