@@ -77,7 +77,7 @@ impl QRocmStorage {
     /// Zero-filled blocks for `elem_count` elements (a multiple of the block size).
     pub fn zeros(device: &RocmDevice, elem_count: usize, dtype: GgmlDType) -> Result<Self> {
         let op = "qzeros";
-        if !elem_count.is_multiple_of(dtype.block_size()) {
+        if elem_count % dtype.block_size() != 0 {
             return Err(layout_err(
                 op,
                 format!(
@@ -102,7 +102,7 @@ impl QRocmStorage {
     /// `data` is not a whole number of blocks.
     pub fn from_blocks(device: &RocmDevice, dtype: GgmlDType, data: &[u8]) -> Result<Self> {
         let op = "load_quantized";
-        if !data.len().is_multiple_of(dtype.type_size()) {
+        if data.len() % dtype.type_size() != 0 {
             return Err(layout_err(
                 op,
                 format!(
@@ -207,7 +207,7 @@ impl QRocmStorage {
                         ),
                     ));
                 }
-                if n_per_row == 0 || !n.is_multiple_of(n_per_row) {
+                if n_per_row == 0 || n % n_per_row != 0 {
                     return Err(layout_err(
                         op,
                         format!("{n} elements are not whole rows of {n_per_row}"),
@@ -271,7 +271,7 @@ impl QRocmStorage {
         let stream = self.device.stream();
         match blocks_of(self.dtype) {
             Blocks::Quant(q) => {
-                if !n.is_multiple_of(q.block_elems()) {
+                if n % q.block_elems() != 0 {
                     return Err(layout_err(
                         op,
                         format!(

@@ -130,7 +130,7 @@ impl QuantType {
 
     /// The bytes of a row of `k` elements, or an error when `k` is not a multiple of the block.
     pub fn row_bytes(self, op: &str, k: usize) -> Result<usize> {
-        if !k.is_multiple_of(self.block_elems()) {
+        if k % self.block_elems() != 0 {
             return Err(layout_err(
                 op,
                 format!(
@@ -145,7 +145,7 @@ impl QuantType {
 
     /// The element count of `bytes` of blocks, or an error when they are not whole blocks.
     pub fn elems_of(self, op: &str, bytes: usize) -> Result<usize> {
-        if !bytes.is_multiple_of(self.block_bytes()) {
+        if bytes % self.block_bytes() != 0 {
             return Err(layout_err(
                 op,
                 format!(
@@ -294,7 +294,7 @@ pub fn dequantize_plain<O: KernelDType>(
             ),
         ));
     }
-    if !src.device_ptr().0.is_multiple_of(s.size() as u64) {
+    if src.device_ptr().0 % s.size() as u64 != 0 {
         return Err(layout_err(
             op,
             "the source is not aligned to its element size",

@@ -6,6 +6,11 @@
 //! (set by build.rs) the patched `test_device!` macro adds, next to Candle's `<test>_cpu`, a test
 //! `<test>::ext` that runs the same body on [`candle_ext_test_device`].
 //!
+//! `quantized_tests` (candle-core's `tests/quantized_tests.rs`) is compiled from the rewrite of
+//! `build/quantized.rs` in `$OUT_DIR`: a `Device::Ext(_)` arm in its two exhaustive `Device`
+//! matches, and its `ext` tests `#[ignore]`d (they need quantized storage on the ext device:
+//! candle-rocm, with `--include-ignored`). See README.md.
+//!
 //! The device comes from `CANDLE_EXT_TEST_DEVICE`: `cpu` (default): Candle's CPU backend behind
 //! the ext hook; `rocm`: candle-rocm's device of ordinal `CANDLE_EXT_TEST_ORDINAL` (default 0).
 
@@ -96,9 +101,121 @@ fn create_device() -> Result<candle_core::Device> {
     }
 }
 
+/// The rewrite of candle-core's `tests/quantized_tests.rs` that build.rs runs (tested below).
+#[path = "../build/quantized.rs"]
+mod quantized_rewrite;
+
 /// Tests of the harness itself (not Candle's).
 mod harness {
+    use super::quantized_rewrite::{rewrite, ExtArm, EXPECTED_ROCM_FAILURES, EXT_ARMS};
     use super::{parse_choice, Choice};
+
+    /// A quantized_tests.rs-like file: an exhaustive `Device` match (a block arm among them), a
+    /// match with a catch-all, braces and `match` in a string, a `crate::` path.
+    const SAMPLE: &str = r#"use candle_core::{test_device, Device, Result};
+fn body(device: &Device) -> Result<()> {
+    let _s = "match device { Device::Cpu => 0 }";
+    let x = crate::helper(device)?;
+    match device {
+        Device::Metal(_) => assert_eq!(x, 1),
+        Device::Cuda(_) => {
+            assert_eq!(x, 2)
+        }
+        Device::Cpu => assert_eq!(x, 3),
+    }
+    let _y = match device {
+        Device::Cpu => 1,
+        _ => 2,
+    };
+    Ok(())
+}
+test_device!(body, body_cpu, body_cuda, body_metal);
+"#;
+
+    const CUDA_ARM: &[ExtArm] = &[ExtArm {
+        function: "body",
+        arm: "Device::Cuda(_)",
+        why: "test",
+    }];
+
+    #[test]
+    fn quantized_rewrite_adds_the_named_arm() {
+        let out = rewrite(SAMPLE, "sample.rs", CUDA_ARM, &[("body", "test")]).unwrap();
+        let text = out.text;
+        assert_eq!(text.matches("Device::Ext(_) =>").count(), 1, "{text}");
+        assert!(
+            text.contains("Device::Ext(_) => {\n            assert_eq!(x, 2)\n        },"),
+            "{text}"
+        );
+        assert!(text.contains("self::helper(device)"), "{text}");
+        assert!(!text.contains("crate::helper"), "{text}");
+        assert!(text.contains("macro_rules! test_device"), "{text}");
+        // The upstream text is all there, in order.
+        let mut rest = text.as_str();
+        for line in SAMPLE.lines().filter(|l| !l.contains("crate::")) {
+            let at = rest
+                .find(line)
+                .unwrap_or_else(|| panic!("{line:?} lost:\n{text}"));
+            rest = &rest[at + line.len()..];
+        }
+        assert_eq!(out.summary.len(), 3, "{:?}", out.summary);
+    }
+
+    #[test]
+    fn quantized_rewrite_fails_loudly_on_unexpected_text() {
+        let err = |source: &str, arms: &[ExtArm], failures: &[(&str, &str)]| {
+            rewrite(source, "sample.rs", arms, failures).unwrap_err()
+        };
+        // An arm set the rewrite does not know.
+        let vulkan = SAMPLE.replace(
+            "Device::Cpu => assert_eq!(x, 3),",
+            "Device::Cpu => assert_eq!(x, 3),\n        Device::Vulkan(_) => assert_eq!(x, 4),",
+        );
+        let e = err(&vulkan, CUDA_ARM, &[]);
+        assert!(
+            e.contains("sample.rs:5") && e.contains("Device::Vulkan"),
+            "{e}"
+        );
+        // A match in a function the table does not list, and a listed function without one.
+        let e = err(SAMPLE, &[], &[]);
+        assert!(e.contains("fn body") && e.contains("EXT_ARMS"), "{e}");
+        let other = [
+            CUDA_ARM[0],
+            ExtArm {
+                function: "gone",
+                ..CUDA_ARM[0]
+            },
+        ];
+        let e = err(SAMPLE, &other, &[]);
+        assert!(e.contains("fn gone"), "{e}");
+        // An arm the match does not have.
+        let rocm = [ExtArm {
+            arm: "Device::Rocm(_)",
+            ..CUDA_ARM[0]
+        }];
+        let e = err(SAMPLE, &rocm, &[]);
+        assert!(e.contains("Device::Rocm(_)"), "{e}");
+        // An expected failure that is no test of the file.
+        let e = err(SAMPLE, CUDA_ARM, &[("renamed", "why")]);
+        assert!(e.contains("renamed"), "{e}");
+    }
+
+    #[test]
+    fn quantized_expectations_are_listed() {
+        for arm in EXT_ARMS {
+            println!(
+                "quantized_tests::{}: Device::Ext(_) gets the {} arm: {}",
+                arm.function, arm.arm, arm.why
+            );
+        }
+        for (test, why) in EXPECTED_ROCM_FAILURES {
+            println!("quantized_tests::{test}::ext: expected to fail on candle-rocm: {why}");
+        }
+        assert!(EXT_ARMS.iter().all(|a| !a.why.is_empty()));
+        assert!(EXPECTED_ROCM_FAILURES
+            .iter()
+            .all(|(_, why)| !why.is_empty()));
+    }
 
     #[test]
     fn device_choice_default() {
