@@ -289,6 +289,7 @@ impl<'a> LaunchBuilder<'a> {
             return Err(e);
         }
         self.validate()?;
+        LAUNCH_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let device = self.stream.device();
         device.make_current()?;
         let mut params = self.args.param_pointers();
@@ -362,6 +363,16 @@ pub(crate) fn validate_config(
         ));
     }
     Ok(())
+}
+
+/// Kernel launches queued through [`LaunchBuilder::launch`] by this process.
+static LAUNCH_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of kernel launches this process has queued through hip-core (all devices and
+/// threads; vendor libraries' own launches, e.g. inside a rocBLAS GEMM, are not counted). For
+/// measuring launches per operation: read it before and after.
+pub fn launch_count() -> u64 {
+    LAUNCH_COUNT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -67,6 +67,7 @@ pub mod sys;
 
 pub use alloc::AllocatorStats;
 pub use blocking::sync_count;
+pub use launch::launch_count;
 pub use device::{current_device, device_count, set_current_device, Device};
 pub use driver::{platform, DeviceProperties, DevicePtr, FunctionAttributes, Platform};
 pub use error::{Error, Result, ResultExt};

@@ -22,6 +22,8 @@
 // `deq8` below. Every `deq8(block, g, y)` writes elements 8g .. 8g + 8 of one block: 8
 // consecutive elements always share their scales.
 //
+// Every type's `vals8(block, g, q, scale, bias)` gives the 8 values as small integers q (in f32)
+// and the shared scale and bias (bias 0 for types without one, BIAS = 0): x = q * scale + bias.
 // Dequantization rounds exactly like candle's CPU `to_float` (the same f32 operations in the same
 // order, never contracted into an FMA), so results are bit-identical to it.
 //
@@ -134,33 +136,41 @@ __device__ __forceinline__ void qk_scale_min_k4(int j, const u8* q, int& sc, int
 }
 
 struct qk_q4_0 {
-    enum { QK = 32, BYTES = 18 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 32, BYTES = 18, BIAS = 0 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* q, float& scale,
+                                                  float& bias) {
+        bias = 0.0f;
         const float d = qk_f16(b);
         u8 qs[8];
         qk_bytes<2>::load(b + 2 + (g & 1) * 8, qs);
         const int shift = (g >> 1) * 4;
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_mul((float)(((qs[t] >> shift) & 0xF) - 8), d);
+        for (int t = 0; t < 8; ++t) q[t] = (float)(((qs[t] >> shift) & 0xF) - 8);
+        scale = d;
     }
 };
 
 struct qk_q4_1 {
-    enum { QK = 32, BYTES = 20 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 32, BYTES = 20, BIAS = 1 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* q, float& scale,
+                                                  float& bias) {
         const float d = qk_f16(b);
         const float m = qk_f16(b + 2);
         u8 qs[8];
         qk_bytes<4>::load(b + 4 + (g & 1) * 8, qs);
         const int shift = (g >> 1) * 4;
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_add(qk_mul((float)((qs[t] >> shift) & 0xF), d), m);
+        for (int t = 0; t < 8; ++t) q[t] = (float)((qs[t] >> shift) & 0xF);
+        scale = d;
+        bias = m;
     }
 };
 
 struct qk_q5_0 {
-    enum { QK = 32, BYTES = 22 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 32, BYTES = 22, BIAS = 0 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* qv, float& scale,
+                                                  float& bias) {
+        bias = 0.0f;
         const float d = qk_f16(b);
         const unsigned short* qh16 = (const unsigned short*)(b + 2);
         const u32 qh = (u32)qh16[0] | ((u32)qh16[1] << 16);
@@ -171,14 +181,16 @@ struct qk_q5_0 {
         for (int t = 0; t < 8; ++t) {
             const int e = g * 8 + t;
             const int q = (((qs[t] >> shift) & 0xF) | (((qh >> e) & 1) << 4)) - 16;
-            y[t] = qk_mul((float)q, d);
+            qv[t] = (float)q;
         }
+        scale = d;
     }
 };
 
 struct qk_q5_1 {
-    enum { QK = 32, BYTES = 24 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 32, BYTES = 24, BIAS = 1 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* qv, float& scale,
+                                                  float& bias) {
         const float d = qk_f16(b);
         const float m = qk_f16(b + 2);
         const u32 qh = *(const u32*)(b + 4);
@@ -189,38 +201,47 @@ struct qk_q5_1 {
         for (int t = 0; t < 8; ++t) {
             const int e = g * 8 + t;
             const int q = ((qs[t] >> shift) & 0xF) | (((qh >> e) & 1) << 4);
-            y[t] = qk_add(qk_mul((float)q, d), m);
+            qv[t] = (float)q;
         }
+        scale = d;
+        bias = m;
     }
 };
 
 struct qk_q8_0 {
-    enum { QK = 32, BYTES = 34 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 32, BYTES = 34, BIAS = 0 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* q, float& scale,
+                                                  float& bias) {
+        bias = 0.0f;
         const float d = qk_f16(b);
         u8 qs[8];
         qk_bytes<2>::load(b + 2 + g * 8, qs);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_mul((float)(signed char)qs[t], d);
+        for (int t = 0; t < 8; ++t) q[t] = (float)(signed char)qs[t];
+        scale = d;
     }
 };
 
 struct qk_q8_1 {
-    enum { QK = 32, BYTES = 36 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 32, BYTES = 36, BIAS = 0 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* q, float& scale,
+                                                  float& bias) {
+        bias = 0.0f;
         const float d = qk_f16(b);
         u8 qs[8];
         qk_bytes<4>::load(b + 4 + g * 8, qs);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_mul((float)(signed char)qs[t], d);
+        for (int t = 0; t < 8; ++t) q[t] = (float)(signed char)qs[t];
+        scale = d;
     }
 };
 
 // q2k: element e = 128 h + 32 j + l (h < 2, j < 4, l < 32) is bits 2j..2j+2 of qs[32 h + l],
 // with scale byte scales[8 h + 2 j + l / 16]: x = d * (sc & 15) * q - dmin * (sc >> 4).
 struct qk_q2k {
-    enum { QK = 256, BYTES = 84 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 256, BYTES = 84, BIAS = 1 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* q, float& scale,
+                                                  float& bias) {
         const int e = g * 8;
         const int h = e >> 7, j = (e >> 5) & 3, l = e & 31;
         const u8 sc = b[h * 8 + j * 2 + (l >> 4)];
@@ -229,7 +250,9 @@ struct qk_q2k {
         u8 qs[8];
         qk_bytes<4>::load(b + 16 + h * 32 + l, qs);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_sub(qk_mul(dl, (float)((qs[t] >> (2 * j)) & 3)), ml);
+        for (int t = 0; t < 8; ++t) q[t] = (float)((qs[t] >> (2 * j)) & 3);
+        scale = dl;
+        bias = -ml;
     }
 };
 
@@ -238,8 +261,10 @@ struct qk_q2k {
 // bits in scales[i] (i < 8) or scales[i - 8] >> 4, its high 2 bits at bit 2 (i / 4) of
 // scales[8 + i % 4]: x = d * (s - 32) * q.
 struct qk_q3k {
-    enum { QK = 256, BYTES = 110 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 256, BYTES = 110, BIAS = 0 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* qv, float& scale,
+                                                  float& bias) {
+        bias = 0.0f;
         const int e = g * 8;
         const int h = e >> 7, j = (e >> 5) & 3, l = e & 31;
         const int i = h * 8 + j * 2 + (l >> 4);
@@ -254,16 +279,18 @@ struct qk_q3k {
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
             const int q = ((qs[t] >> (2 * j)) & 3) - ((hmask[t] & mbit) ? 0 : 4);
-            y[t] = qk_mul(dl, (float)q);
+            qv[t] = (float)q;
         }
+        scale = dl;
     }
 };
 
 // q4k: element e = 64 c + 32 s + l: nibble s of qs[32 c + l], scale/min pair 2 c + s:
 // x = d * sc * q - dmin * m.
 struct qk_q4k {
-    enum { QK = 256, BYTES = 144 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 256, BYTES = 144, BIAS = 1 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* q, float& scale,
+                                                  float& bias) {
         const int e = g * 8;
         const int c = e >> 6, s = (e >> 5) & 1, l = e & 31;
         int sc, m;
@@ -273,14 +300,17 @@ struct qk_q4k {
         u8 qs[8];
         qk_bytes<8>::load(b + 16 + c * 32 + l, qs);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_sub(qk_mul(d1, (float)((qs[t] >> (4 * s)) & 0xF)), m1);
+        for (int t = 0; t < 8; ++t) q[t] = (float)((qs[t] >> (4 * s)) & 0xF);
+        scale = d1;
+        bias = -m1;
     }
 };
 
 // q5k: q4k plus a fifth bit, bit 2 c + s of qh[l].
 struct qk_q5k {
-    enum { QK = 256, BYTES = 176 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 256, BYTES = 176, BIAS = 1 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* qv, float& scale,
+                                                  float& bias) {
         const int e = g * 8;
         const int c = e >> 6, s = (e >> 5) & 1, l = e & 31;
         int sc, m;
@@ -294,8 +324,10 @@ struct qk_q5k {
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
             const float q = qk_add((float)((qs[t] >> (4 * s)) & 0xF), (qh[t] & hbit) ? 16.0f : 0.0f);
-            y[t] = qk_sub(qk_mul(d1, q), m1);
+            qv[t] = q;
         }
+        scale = d1;
+        bias = -m1;
     }
 };
 
@@ -303,8 +335,10 @@ struct qk_q5k {
 // i < 2, high for i >= 2), high 2 bits at bit 2 i of qh[32 n + l], minus 32; scale
 // scales[8 n + l / 16 + 2 i]: x = (d * scale) * q.
 struct qk_q6k {
-    enum { QK = 256, BYTES = 210 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 256, BYTES = 210, BIAS = 0 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* qv, float& scale,
+                                                  float& bias) {
+        bias = 0.0f;
         const int e = g * 8;
         const int n = e >> 7, i = (e >> 5) & 3, l = e & 31;
         const signed char sc = ((const signed char*)(b + 192))[8 * n + (l >> 4) + 2 * i];
@@ -316,19 +350,23 @@ struct qk_q6k {
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
             const int q = (((ql[t] >> lshift) & 0xF) | (((qh[t] >> (2 * i)) & 3) << 4)) - 32;
-            y[t] = qk_mul(ds, (float)q);
+            qv[t] = (float)q;
         }
+        scale = ds;
     }
 };
 
 struct qk_q8k {
-    enum { QK = 256, BYTES = 292 };
-    static __device__ __forceinline__ void deq8(const u8* b, int g, float* y) {
+    enum { QK = 256, BYTES = 292, BIAS = 0 };
+    static __device__ __forceinline__ void vals8(const u8* b, int g, float* q, float& scale,
+                                                  float& bias) {
+        bias = 0.0f;
         const float d = *(const float*)b;
         u8 qs[8];
         qk_bytes<4>::load(b + 4 + g * 8, qs);
 #pragma unroll
-        for (int t = 0; t < 8; ++t) y[t] = qk_mul(d, (float)(signed char)qs[t]);
+        for (int t = 0; t < 8; ++t) q[t] = (float)(signed char)qs[t];
+        scale = d;
     }
 };
 
@@ -360,10 +398,19 @@ __device__ __forceinline__ void qk_store8(bf16* dst, const float* y) {
     *(uint4*)dst = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// The 8 dequantized values of a block: q * scale, plus bias for the types that have one (never
+// "+ 0", which would turn -0.0 into +0.0 where the CPU keeps it).
+template <typename Q> __device__ __forceinline__ void qk_deq8(const u8* b, int g, float* y) {
+    float q[8], scale, bias;
+    Q::vals8(b, g, q, scale, bias);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) y[t] = Q::BIAS ? qk_add(qk_mul(q[t], scale), bias) : qk_mul(q[t], scale);
+}
+
 template <typename Q>
 __device__ __forceinline__ void qk_deq_group(const u8* blocks, u64 group, float* y) {
     const u64 per_block = Q::QK / 8;
-    Q::deq8(blocks + (group / per_block) * (u64)Q::BYTES, (int)(group % per_block), y);
+    qk_deq8<Q>(blocks + (group / per_block) * (u64)Q::BYTES, (int)(group % per_block), y);
 }
 
 template <typename Q, typename O>
@@ -467,20 +514,33 @@ __device__ __forceinline__ void qk_rows_dot(const u8* w, u64 row_bytes, u32 col0
     const u32 groups = k / 8;
     const u32 cols = min((u32)QK_COLS, n - col0);
     for (u32 gi = (u32)lane; gi < groups; gi += QK_TEAM) {
-        float wv[QK_COLS][8];
+        // The weights as q * scale + bias: the dot product is scale * (q . x) + bias * sum(x),
+        // two multiplies per 8 weights instead of 8.
+        float qv[QK_COLS][8], scale[QK_COLS], bias[QK_COLS];
+        const u32 per_block = Q::QK / 8;
 #pragma unroll
         for (u32 c = 0; c < QK_COLS; ++c) {
-            if (c < cols) qk_deq_group<Q>(w + (u64)(col0 + c) * row_bytes, gi, wv[c]);
+            if (c < cols)
+                Q::vals8(w + (u64)(col0 + c) * row_bytes + (u64)(gi / per_block) * Q::BYTES,
+                         (int)(gi % per_block), qv[c], scale[c], bias[c]);
         }
 #pragma unroll
         for (u32 r = 0; r < QK_MAX_M; ++r) {
             if (r < m) {
                 float v[8];
                 qk_load8(x + r * x_stride + (u64)gi * 8, v);
+                float sx = 0.0f;
+                if (Q::BIAS) {
+#pragma unroll
+                    for (int t = 0; t < 8; ++t) sx += v[t];
+                }
 #pragma unroll
                 for (u32 c = 0; c < QK_COLS; ++c) {
+                    float sq = 0.0f;
 #pragma unroll
-                    for (int t = 0; t < 8; ++t) acc[r][c] = fmaf(wv[c][t], v[t], acc[r][c]);
+                    for (int t = 0; t < 8; ++t) sq = fmaf(qv[c][t], v[t], sq);
+                    acc[r][c] = fmaf(scale[c], sq, acc[r][c]);
+                    if (Q::BIAS) acc[r][c] = fmaf(bias[c], sx, acc[r][c]);
                 }
             }
         }
