@@ -724,7 +724,21 @@ mod tests {
         for t in DTYPES {
             assert!(src.contains(&format!("RK_INDEXING(I, {t})")), "{t}");
         }
+        let quantized = crate::modules::full_source("quantized").expect("quantized module");
         for op in IndexOp::ALL {
+            // The quantized kernels record their ids in the same flag, under codes of their own.
+            let quantized_code = match op {
+                IndexOp::QuantizedEmbedding => Some("QK_ERR_EMBEDDING"),
+                IndexOp::IndexedMoe => Some("QK_ERR_MOE"),
+                _ => None,
+            };
+            if let Some(name) = quantized_code {
+                assert!(
+                    quantized.contains(&format!("#define {name} {}u", op.code())),
+                    "{op:?}: the code differs from the quantized kernels'"
+                );
+                continue;
+            }
             assert!(
                 src.contains(&format!("RK_KERNEL void {}_##I##_##T(", op.name())),
                 "{op:?}"
