@@ -174,12 +174,12 @@ const PROMPTS: [&str; 3] = [
 /// read once per thread by candle's `QMatMul`), so that the CPU computes with the dequantized
 /// weights in f32; the thread generates the tokens of every prompt.
 fn cpu_tokens(
-    path: &PathBuf,
+    path: &std::path::Path,
     prompts: &[Vec<u32>],
     n: usize,
     dequantize_all: bool,
 ) -> Vec<Vec<u32>> {
-    let path = path.clone();
+    let path = path.to_path_buf();
     let prompts = prompts.to_vec();
     std::thread::spawn(move || {
         if dequantize_all {
