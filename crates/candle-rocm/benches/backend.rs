@@ -17,38 +17,17 @@
 //! On a GPU machine: `cargo bench -p candle-rocm --no-default-features --bench backend -- --warm-up-time 1 --measurement-time 2`
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{DType, Layout, Shape};
 use candle_rocm::{RocmDevice, RocmStorage, RocmStorageSlice};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use hip_core::{DeviceBuffer, Event};
+use hip_core::DeviceBuffer;
 use rocblas_safe::{GemmConfig, GemmElement, Operation};
 
-fn device() -> Option<RocmDevice> {
-    match RocmDevice::new(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("candle-rocm benches need a GPU: {e}");
-            None
-        }
-    }
-}
-
-/// GPU time of `iters` calls of `op` queued on the device's stream.
-fn gpu_time(dev: &RocmDevice, iters: u64, mut op: impl FnMut()) -> Duration {
-    let d = dev.hip_device();
-    let start = Event::new(d, true).unwrap();
-    let end = Event::new(d, true).unwrap();
-    start.record(dev.stream()).unwrap();
-    for _ in 0..iters {
-        op();
-    }
-    end.record(dev.stream()).unwrap();
-    end.synchronize().unwrap();
-    Duration::from_secs_f64(start.elapsed_ms(&end).unwrap() as f64 * 1e-3)
-}
+mod common;
+use common::{device, gpu_time};
 
 fn host_overhead(c: &mut Criterion) {
     let Some(dev) = device() else { return };

@@ -11,14 +11,11 @@
 //! On a GPU machine: `cargo bench -p candle-rocm --no-default-features --bench quantized -- --warm-up-time 1 --measurement-time 2`
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
-use std::time::Duration;
-
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Layout, Shape, Tensor};
 use candle_rocm::{QRocmStorage, RocmDevice};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use hip_core::Event;
 
 const N: usize = 14336;
 const K: usize = 4096;
@@ -29,29 +26,8 @@ const TYPES: [GgmlDType; 4] = [
     GgmlDType::Q8_0,
 ];
 
-fn device() -> Option<RocmDevice> {
-    match RocmDevice::new(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("candle-rocm benches need a GPU: {e}");
-            None
-        }
-    }
-}
-
-/// GPU time of `iters` calls of `op` queued on the device's stream.
-fn gpu_time(dev: &RocmDevice, iters: u64, mut op: impl FnMut()) -> Duration {
-    let d = dev.hip_device();
-    let start = Event::new(d, true).unwrap();
-    let end = Event::new(d, true).unwrap();
-    start.record(dev.stream()).unwrap();
-    for _ in 0..iters {
-        op();
-    }
-    end.record(dev.stream()).unwrap();
-    end.synchronize().unwrap();
-    Duration::from_secs_f64(start.elapsed_ms(&end).unwrap() as f64 * 1e-3)
-}
+mod common;
+use common::{device, gpu_time};
 
 /// Random weights quantized on the CPU (a few distinct rows repeated: quantizing 58M values
 /// on the host would dominate the run), as blocks on the GPU.

@@ -322,7 +322,7 @@ impl QRocmStorage {
             ));
         }
         let mut out_dims = dims.to_vec();
-        *out_dims.last_mut().unwrap_or(&mut 0) = n;
+        out_dims[dims.len() - 1] = n;
         let out_shape = Shape::from(out_dims);
         let m = x_layout.shape().elem_count() / k.max(1);
         let slice = match x.as_slice() {
@@ -362,7 +362,7 @@ impl QRocmStorage {
         match blocks_of(self.dtype) {
             Blocks::Quant(q) if m <= MATVEC_MAX_ROWS => {
                 let copy;
-                let xs = match aligned_rows(op, x, x_layout, m * k)? {
+                let xs = match contiguous_view(op, x, x_layout, 16)? {
                     Some(view) => view,
                     None => {
                         copy = dev.contiguous_copy(op, &x.as_slice(), x_layout)?;
@@ -405,45 +405,45 @@ impl QRocmStorage {
             return Err(RocmError::unsupported(op, ids.dtype(), "embedding ids are u32").into());
         };
         let n_ids = ids_layout.shape().elem_count();
-        let ids_copy;
-        let ids_view = if ids_layout.is_contiguous() {
-            let start = ids_layout.start_offset();
-            ids_buf.slice(start..start + n_ids).map_err(hip_err(op))?
-        } else {
-            ids_copy = self
-                .device
-                .contiguous_copy(op, &ids_buf.as_slice(), ids_layout)?;
-            ids_copy.as_slice()
-        };
         let dev = &self.device;
-        let slice = match blocks_of(self.dtype) {
-            Blocks::Quant(q) => {
-                let mut out = dev.alloc::<f32>(op, n_ids * hidden)?;
-                let flag = dev.index_flag()?;
-                qk::embedding(
-                    dev.stream(),
-                    q,
-                    &self.blocks.as_slice(),
-                    (rows, hidden),
-                    &ids_view,
-                    &mut out.as_mut_slice(),
-                    flag,
-                )
-                .map_err(kernel_err(op))?;
-                out
-            }
+        // The ids as one contiguous run: the given storage when its layout is contiguous, else
+        // a copy.
+        let ids_copy;
+        let (ids_st, ids_l) = if ids_layout.is_contiguous() {
+            (
+                ids,
+                Layout::contiguous_with_offset(n_ids, ids_layout.start_offset()),
+            )
+        } else {
+            let c = dev.contiguous_copy(op, &ids_buf.as_slice(), ids_layout)?;
+            ids_copy = RocmStorage::new(RocmStorageSlice::U32(c), dev.clone());
+            (&ids_copy, Layout::contiguous(n_ids))
+        };
+        let q = match blocks_of(self.dtype) {
+            Blocks::Quant(q) => q,
             Blocks::Plain(_) => {
-                // Plain tables: dequantize, then candle's index_select on the device.
+                // Plain tables: dequantize, then the backend's index_select.
                 let table = self.dequantize(rows * hidden, DType::F32)?;
-                let ids_l = Layout::contiguous(n_ids);
-                let ids_owned = dev.contiguous_copy(op, &ids_view, &ids_l)?;
-                let ids_st = RocmStorage::new(RocmStorageSlice::U32(ids_owned), dev.clone());
-                let out =
-                    table.index_select(&ids_st, &Layout::contiguous((rows, hidden)), &ids_l, 0)?;
-                return Ok(out);
+                return table.index_select(ids_st, &Layout::contiguous((rows, hidden)), &ids_l, 0);
             }
         };
-        Ok(RocmStorage::new(RocmStorageSlice::F32(slice), dev.clone()))
+        let RocmStorageSlice::U32(ids_buf) = ids_st.as_slice() else {
+            return Err(RocmError::unsupported(op, ids.dtype(), "embedding ids are u32").into());
+        };
+        let start = ids_l.start_offset();
+        let ids_view = ids_buf.slice(start..start + n_ids).map_err(hip_err(op))?;
+        let mut out = dev.alloc::<f32>(op, n_ids * hidden)?;
+        qk::embedding(
+            dev.stream(),
+            q,
+            &self.blocks.as_slice(),
+            (rows, hidden),
+            &ids_view,
+            &mut out.as_mut_slice(),
+            dev.index_flag()?,
+        )
+        .map_err(kernel_err(op))?;
+        Ok(RocmStorage::new(RocmStorageSlice::F32(out), dev.clone()))
     }
 
     /// `QTensor::indexed_moe_forward`: `self_shape (experts, n, k)`, `x (batch, topk or 1, k)`,
@@ -486,20 +486,36 @@ impl QRocmStorage {
             return Err(RocmError::unsupported(op, ids.dtype(), "expert ids are u32").into());
         };
         let dev = &self.device;
-        let ids_c = dev.contiguous_copy(op, &ids_buf.as_slice(), ids_layout)?;
+        // Ids and activations as they are when contiguous (activations 16-byte aligned), else
+        // copied.
+        let ids_copy;
+        let ids_view = match contiguous_view(op, ids_buf, ids_layout, 1)? {
+            Some(v) => v,
+            None => {
+                ids_copy = dev.contiguous_copy(op, &ids_buf.as_slice(), ids_layout)?;
+                ids_copy.as_slice()
+            }
+        };
         let out_shape = Shape::from((batch, topk, n));
         macro_rules! run {
             ($b:expr) => {{
-                let xc = dev.contiguous_copy(op, &$b.as_slice(), x_layout)?;
+                let x_copy;
+                let xs = match contiguous_view(op, $b, x_layout, 16)? {
+                    Some(v) => v,
+                    None => {
+                        x_copy = dev.contiguous_copy(op, &$b.as_slice(), x_layout)?;
+                        x_copy.as_slice()
+                    }
+                };
                 let mut out = dev.alloc(op, batch * topk * n)?;
                 qk::moe(
                     dev.stream(),
                     q,
                     &self.blocks.as_slice(),
                     (experts, n, k),
-                    &ids_c.as_slice(),
+                    &ids_view,
                     (batch, topk, x_rows),
-                    &xc.as_slice(),
+                    &xs,
                     &mut out.as_mut_slice(),
                     dev.index_flag()?,
                 )
@@ -538,18 +554,19 @@ fn plain<O: KernelDType>(
     )
 }
 
-/// The `len` contiguous elements of `layout` as a 16-byte aligned view, when the layout is
-/// contiguous and its start aligned; `None` when they need a copy.
-fn aligned_rows<'a, T: KernelDType>(
+/// The elements of `layout` as one view of `buf`, when the layout is contiguous and its start
+/// is `align`-byte aligned; `None` when they need a contiguous copy.
+fn contiguous_view<'a, T: KernelDType>(
     op: &str,
     buf: &'a DeviceBuffer<T>,
     layout: &Layout,
-    len: usize,
+    align: u64,
 ) -> Result<Option<DeviceSlice<'a, T>>> {
     if !layout.is_contiguous() {
         return Ok(None);
     }
     let start = layout.start_offset();
+    let len = layout.shape().elem_count();
     let view = buf.slice(start..start + len).map_err(hip_err(op))?;
-    Ok((view.device_ptr().0 % 16 == 0).then_some(view))
+    Ok((view.device_ptr().0 % align == 0).then_some(view))
 }
