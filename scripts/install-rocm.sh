@@ -4,7 +4,10 @@
 #
 # What it installs (from Debian unstable, the only Debian suite that ships ROCm 6.4 and an AMDGPU
 # device library for its clang):
-#   * headers: hip/ hsa/ amd_comgr/ rocblas/ miopen/ (the *-dev packages);
+#   * headers: hip/ hsa/ amd_comgr/ rocblas/ miopen/ rccl/ (the *-dev packages);
+#   * Debian's RCCL library (librccl1) for the symbol-table check of crates/rccl-safe only: it is
+#     RCCL 5.4, built against ROCm 5's HIP, so it is unpacked without its dependencies and never
+#     loaded (CANDLE_ROCM_RCCL=0 leaves RCCL out; its .deb is 120 MB);
 #   * the real libamdhip64, libhiprtc, librocblas, libMIOpen and their closure, with rocBLAS' GEMM
 #     kernels (its Tensile library) for the chosen GPU architectures only (all of them are 2.9 GB;
 #     see CANDLE_ROCM_TENSILE_ARCHS below);
@@ -49,6 +52,7 @@
 #                              a list, e.g. "gfx90a gfx1100": those (each must be one Debian builds)
 #                            They land in <prefix>/root/usr/lib/x86_64-linux-gnu/rocblas/<version>/library,
 #                            where Debian's rocBLAS looks (env.sh: CANDLE_ROCM_TENSILE_DIR)
+#   CANDLE_ROCM_RCCL         0: no RCCL header and library (default 1; see above)
 #   CANDLE_ROCM_SELFTEST     0: skip the self test (default 1)
 #   CANDLE_ROCM_ARCHS        self-test offload archs (default "gfx90a gfx942 gfx1100 gfx1201")
 #
@@ -77,6 +81,7 @@ WITH_TENSILE=${CANDLE_ROCM_WITH_TENSILE:-0}
 TENSILE_REQ=${CANDLE_ROCM_TENSILE_ARCHS:-auto}
 [ "$WITH_TENSILE" = 1 ] && [ -z "${CANDLE_ROCM_TENSILE_ARCHS:-}" ] && TENSILE_REQ=all
 SELFTEST=${CANDLE_ROCM_SELFTEST:-1}
+WITH_RCCL=${CANDLE_ROCM_RCCL:-1}
 ARCHS=${CANDLE_ROCM_ARCHS:-"gfx90a gfx942 gfx1100 gfx1201"}
 MODE=install
 while [ $# -gt 0 ]; do
@@ -390,6 +395,12 @@ SKIP_RE='^(libc6|libgcc-s1|libstdc\+\+6|gcc-[0-9]+-base|libc-gconv-modules-extra
 V=$LLVM_MAJOR
 {
   for p in $DEV_PKGS; do echo "root $p"; done
+  # RCCL: header (bindgen) and library (tier-2 symbol check), no dependency closure (see top).
+  if [ "$WITH_RCCL" = 1 ]; then
+    for p in librccl-dev librccl1; do
+      if have "$p"; then echo "root $p"; else note "note: $SUITE_NAME has no $p; crates/rccl-safe's tier-2 check will say so" >&2; fi
+    done
+  fi
   for p in $(closure $RT_TOP | grep -Ev "$SKIP_RE"); do echo "root $p"; done
   for p in clang-$V lld-$V llvm-$V clang-tools-$V libclang-common-$V-dev $DEVLIBS_PKG; do echo "root $p"; done
   for p in $(closure libllvm$V libclang-cpp$V | grep -Ev "$SKIP_RE"); do echo "root $p"; done

@@ -15,7 +15,7 @@
 //! * `--include DIR`: the ROCm include directory (default: `$ROCM_PATH/include`,
 //!   `$ROCM_DEB_INCLUDE`, `/opt/rocm-deb/root/usr/include`, `/opt/rocm/include`, the first that
 //!   holds `hip/hip_runtime_api.h`);
-//! * `--only`: regenerate only the named specs (`hip`, `hiprtc`);
+//! * `--only`: regenerate only the named specs (`hip`, `hiprtc`, `rocblas`, `miopen`, `rccl`);
 //! * `--check`: write nothing; fail if a committed file differs from what would be generated.
 //!
 //! bindgen needs libclang at run time (`LIBCLANG_PATH`, e.g. `/usr/lib/llvm-14/lib`).
@@ -47,7 +47,32 @@ struct Spec {
     /// Types generated as opaque blobs of the right size and alignment (regexes): structs whose
     /// fields nothing reads, e.g. bit fields whose accessors would be unsafe code of bindgen's.
     opaque: &'static [&'static str],
+    /// C declarations parsed after the headers (our own, written from the library's API
+    /// documentation), for API that an older installed header lacks; guard them with the
+    /// header's version macros so that a newer header's own declarations win.
+    supplement: Option<&'static str>,
 }
+
+/// NCCL 2.14's non-blocking communicator API, which Debian's RCCL header (RCCL 5.4, NCCL API
+/// 2.13.4) predates. `ncclConfig_t` is declared in its first (2.14) layout: NCCL reads a config
+/// by its `size` and `version` fields (it copies `size` bytes and gives every field newer than
+/// `version` its default), so this layout is valid for every later library, and the safe layer
+/// (crates/rccl-safe) sets `size` to the end of `blocking` whatever header the bindings came
+/// from. A header of NCCL >= 2.14 (ROCm >= 5.5, NCCL) declares all of this itself.
+const NCCL_2_14_SUPPLEMENT: &str = r#"
+#include <stddef.h>
+#if NCCL_VERSION_CODE < 21400
+typedef struct ncclConfig_v21400 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+} ncclConfig_t;
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t* config);
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
+#endif
+"#;
 
 /// Every bindings file the workspace commits.
 const SPECS: &[Spec] = &[
@@ -115,6 +140,7 @@ const SPECS: &[Spec] = &[
         ],
         reuse: &[],
         opaque: &["hipDeviceArch_t"],
+        supplement: None,
     },
     Spec {
         name: "hiprtc",
@@ -144,6 +170,7 @@ const SPECS: &[Spec] = &[
         // `hipJitOption`), list it here: ("crate::sys::hip", &["hipJitOption"]).
         reuse: &[],
         opaque: &[],
+        supplement: None,
     },
     Spec {
         name: "rocblas",
@@ -188,6 +215,7 @@ const SPECS: &[Spec] = &[
         // One `hipStream_t` in the whole workspace: rocblas_set_stream takes hip-core's.
         reuse: &[("hip_core::sys::hip", &["hipStream_t", "ihipStream_t"])],
         opaque: &[],
+        supplement: None,
     },
     Spec {
         name: "miopen",
@@ -244,6 +272,55 @@ const SPECS: &[Spec] = &[
         // One `hipStream_t` in the whole workspace: miopenCreateWithStream takes hip-core's.
         reuse: &[("hip_core::sys::hip", &["hipStream_t", "ihipStream_t"])],
         opaque: &[],
+        supplement: None,
+    },
+    Spec {
+        name: "rccl",
+        out: "crates/rccl-safe/src/sys/rccl.rs",
+        headers: &["rccl/rccl.h"],
+        // rccl.h includes the HIP runtime header (hipStream_t) and hip_fp16.h; it parses as C.
+        clang_args: &["-x", "c", "-D__HIP_PLATFORM_AMD__"],
+        library_struct: "Rccl",
+        functions: &[
+            "ncclGetVersion",
+            "ncclGetUniqueId",
+            "ncclCommInitRank",
+            "ncclCommInitAll",
+            // NCCL >= 2.14 (RCCL >= 5.5): non-blocking init, so that a rank that never joins is a
+            // timeout, not a hang (see NCCL_2_14_SUPPLEMENT).
+            "ncclCommInitRankConfig",
+            "ncclCommFinalize",
+            "ncclCommDestroy",
+            "ncclCommAbort",
+            "ncclCommGetAsyncError",
+            "ncclCommCount",
+            "ncclCommCuDevice",
+            "ncclCommUserRank",
+            "ncclGetErrorString",
+            "ncclGetLastError",
+            "ncclAllReduce",
+            "ncclBroadcast",
+            "ncclReduce",
+            "ncclAllGather",
+            "ncclReduceScatter",
+            "ncclSend",
+            "ncclRecv",
+            "ncclGroupStart",
+            "ncclGroupEnd",
+        ],
+        types: &[
+            "ncclResult_t",
+            "ncclRedOp_t",
+            "ncclDataType_t",
+            "ncclUniqueId",
+            "ncclConfig_t",
+            "ncclComm_t",
+        ],
+        vars: &["NCCL_(MAJOR|MINOR|PATCH|VERSION_CODE|UNIQUE_ID_BYTES)"],
+        // One `hipStream_t` in the whole workspace: the collectives take hip-core's.
+        reuse: &[("hip_core::sys::hip", &["hipStream_t", "ihipStream_t"])],
+        opaque: &[],
+        supplement: Some(NCCL_2_14_SUPPLEMENT),
     },
 ];
 
@@ -407,9 +484,29 @@ fn generate(spec: &Spec, include: &Path, version: &str) -> Result<String, String
     for header in spec.headers {
         let path = include.join(header);
         if !path.is_file() {
-            return Err(format!("{} not found", path.display()));
+            return Err(format!(
+                "{} not found (the {} headers; `cargo xtask install-rocm` installs them)",
+                path.display(),
+                spec.name
+            ));
         }
-        builder = builder.header(path.display().to_string());
+    }
+    match spec.supplement {
+        // One translation unit: the headers, then our declarations, which test the headers'
+        // version macros.
+        Some(extra) => {
+            let mut unit = String::new();
+            for header in spec.headers {
+                unit.push_str(&format!("#include <{header}>\n"));
+            }
+            unit.push_str(extra);
+            builder = builder.header_contents(&format!("{}_bindings.h", spec.name), &unit);
+        }
+        None => {
+            for header in spec.headers {
+                builder = builder.header(include.join(header).display().to_string());
+            }
+        }
     }
     for f in spec.functions {
         builder = builder.allowlist_function(format!("^{f}$"));
@@ -467,9 +564,17 @@ fn generate(spec: &Spec, include: &Path, version: &str) -> Result<String, String
     let mut text = String::new();
     text.push_str(&format!(
         "// Generated by `cargo xtask bindgen` from the ROCm {} headers (HIP {version}): {}.\n\
-         // Do not edit; change xtask/src/bindgen.rs and regenerate.\n\n",
+         // Do not edit; change xtask/src/bindgen.rs and regenerate.\n{}\n",
         major_minor(version),
         spec.headers.join(", "),
+        if spec.supplement.is_some() {
+            format!(
+                "// Declarations the header lacks come from the `supplement` of the `{}` spec there.\n",
+                spec.name
+            )
+        } else {
+            String::new()
+        },
     ));
     for u in &uses {
         text.push_str(u);

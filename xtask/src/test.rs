@@ -87,6 +87,20 @@ const TIER2: &[Tier2Step] = &[
         needs: Needs::Libraries,
     },
     Tier2Step {
+        name: "tier 2: rccl-safe's table against Debian's RCCL (symbol table only)",
+        cargo: &[
+            "test",
+            "-p",
+            "rccl-safe",
+            "--test",
+            "rocm_libraries",
+            "--",
+            "--ignored",
+            "--test-threads=1",
+        ],
+        needs: Needs::Libraries,
+    },
+    Tier2Step {
         name: "tier 2: every kernel module JIT-compiles with hipRTC (gfx942, gfx1100)",
         cargo: &[
             "test",
