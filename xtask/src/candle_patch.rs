@@ -1,8 +1,8 @@
 //! `cargo xtask patch-candle [--out DIR]`: Candle with the out-of-tree device hook.
 //!
-//! Takes the candle-core and candle-nn sources of the pinned version from the cargo registry
-//! (`cargo metadata` on a throwaway manifest finds, and if needed downloads, them), copies them
-//! to `DIR/candle-core` and `DIR/candle-nn` (default `target/patched-candle`) and applies the
+//! Takes the candle-core, candle-nn and candle-transformers sources of the pinned version from
+//! the cargo registry (`cargo metadata` on a throwaway manifest finds, and if needed downloads,
+//! them), copies them to `DIR/<crate>` (default `target/patched-candle`) and applies the
 //! committed patches `patches/<crate>-<version>.patch` (unified diffs relative to each crate's
 //! root). The `tensor/` workspace points `[patch.crates-io]` at the result. Candle's sources are
 //! never committed: only our patches are.
@@ -18,7 +18,7 @@ use std::process::Command;
 /// The Candle release the patches are made for (the workspace pins it exactly).
 pub const CANDLE_VERSION: &str = "0.11.1";
 /// The patched crates, in dependency order.
-const CRATES: [&str; 2] = ["candle-core", "candle-nn"];
+const CRATES: [&str; 3] = ["candle-core", "candle-nn", "candle-transformers"];
 const STAMP: &str = "PATCHED-BY-CANDLE-ROCM";
 
 /// Entry point of `cargo xtask patch-candle`.

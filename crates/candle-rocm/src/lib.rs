@@ -35,6 +35,9 @@
 //!   our im2col/col2im kernels + GEMM, selectable with [`ConvPath`] (see [`conv`]).
 //! * Quantized GGML tensors of every `GgmlDType`: [`QRocmStorage`] (see [`quantized`]), behind
 //!   Candle's `QTensor`/`QMatMul` with feature `tensor`.
+//! * Fused attention ([`attention`]): flash-style prefill, split-key decode and variable-length
+//!   batches; with feature `tensor`, candle-flash-attn's API (`flash_attn` module) and
+//!   candle-nn's `ops::sdpa`.
 //! * Not implemented yet, each returning a typed [`RocmError`] that names the op and dtype:
 //!   f8e4m3 reductions, matmul, convolutions, pooling, upsampling, random numbers, sorting and
 //!   fused ops.
@@ -84,8 +87,10 @@
 //! # }
 //! ```
 
+pub mod attention;
 mod blas;
 mod buffers;
+pub mod collective;
 pub mod conv;
 pub mod device;
 pub mod error;
@@ -97,6 +102,9 @@ pub mod quantized;
 pub mod storage;
 #[cfg(feature = "tensor")]
 pub mod tensor;
+
+#[cfg(feature = "tensor")]
+pub mod flash_attn;
 
 pub use conv::{Conv2dSpec, ConvPath};
 pub use device::RocmDevice;

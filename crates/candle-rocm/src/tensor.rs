@@ -206,6 +206,29 @@ impl ExtBackendStorage for RocmStorage {
             }
             FusedOp::ArgSortLastDim { ascending } => x.arg_sort_last_dim(l, ascending)?,
             FusedOp::Sigmoid => sigmoid(x, l)?,
+            FusedOp::Sdpa {
+                scale,
+                softcapping,
+                causal,
+            } => {
+                let params = crate::attention::AttnParams {
+                    scale,
+                    // candle-nn's convention: 1.0 is no softcapping.
+                    softcap: (softcapping != 1.0).then_some(softcapping),
+                    window_left: None,
+                    window_right: causal.then_some(0),
+                };
+                let mask = inputs.get(3).copied();
+                return crate::attention::attention(
+                    "sdpa",
+                    crate::attention::AttnLayout::Bhsd,
+                    (x, l),
+                    operand(1)?,
+                    operand(2)?,
+                    mask,
+                    &params,
+                );
+            }
             // `FusedOp` is non-exhaustive: an op added to Candle later is a typed error here.
             _ => {
                 return Err(RocmError::unsupported(

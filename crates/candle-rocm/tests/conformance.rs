@@ -3197,6 +3197,9 @@ fn arg_sort_last_dim_sorts_rows() {
 #[path = "suite/blas.rs"]
 mod blas;
 
+#[path = "suite/collective.rs"]
+mod collective;
+
 #[path = "suite/indexing.rs"]
 mod indexing;
 
@@ -3205,3 +3208,6 @@ mod pool;
 
 #[path = "suite/quantized.rs"]
 mod quantized;
+
+#[path = "suite/attention.rs"]
+mod attention_suite;

@@ -66,11 +66,13 @@ pub enum IndexOp {
     QuantizedEmbedding,
     /// [`crate::quantized::moe`] (an expert id).
     IndexedMoe,
+    /// [`crate::attention::attention_varlen`] (a cumulative sequence offset).
+    AttentionSeqlens,
 }
 
 impl IndexOp {
     /// Every op.
-    pub const ALL: [IndexOp; 7] = [
+    pub const ALL: [IndexOp; 8] = [
         IndexOp::IndexSelect,
         IndexOp::Gather,
         IndexOp::Scatter,
@@ -78,6 +80,7 @@ impl IndexOp {
         IndexOp::IndexAdd,
         IndexOp::QuantizedEmbedding,
         IndexOp::IndexedMoe,
+        IndexOp::AttentionSeqlens,
     ];
 
     /// The op's name, as in kernel names (`index_select_u32_f32`).
@@ -90,11 +93,12 @@ impl IndexOp {
             IndexOp::IndexAdd => "index_add",
             IndexOp::QuantizedEmbedding => "qembedding",
             IndexOp::IndexedMoe => "indexed_moe_forward",
+            IndexOp::AttentionSeqlens => "flash_attn_varlen",
         }
     }
 
     /// The code the kernels record in the error flag (`IX_ERR_*` in `indexing.hip`,
-    /// `QK_ERR_*` in `quantized.hip`).
+    /// `QK_ERR_*` in `quantized.hip`, `AT_ERR_*` in `attention.hip`).
     pub fn code(&self) -> u32 {
         match self {
             IndexOp::IndexSelect => 1,
@@ -104,6 +108,7 @@ impl IndexOp {
             IndexOp::IndexAdd => 5,
             IndexOp::QuantizedEmbedding => 6,
             IndexOp::IndexedMoe => 7,
+            IndexOp::AttentionSeqlens => 8,
         }
     }
 
@@ -142,6 +147,16 @@ impl IndexError {
 
     /// As a typed [`Error::Layout`] naming the op.
     pub fn to_error(&self) -> Error {
+        if self.op == IndexOp::AttentionSeqlens {
+            return Error::Layout {
+                op: self.op.name().to_string(),
+                reason: format!(
+                    "the cumulative sequence offset {} decreases or passes the {} packed rows \
+                     (found on the device; that sequence was skipped)",
+                    self.index, self.size
+                ),
+            };
+        }
         Error::Layout {
             op: self.op.name().to_string(),
             reason: format!(
@@ -732,6 +747,10 @@ mod tests {
                 IndexOp::IndexedMoe => Some("QK_ERR_MOE"),
                 _ => None,
             };
+            if op == IndexOp::AttentionSeqlens {
+                // Checked by the attention module's own test (AT_ERR_VARLEN).
+                continue;
+            }
             if let Some(name) = quantized_code {
                 assert!(
                     quantized.contains(&format!("#define {name} {}u", op.code())),

@@ -20,8 +20,10 @@
 //! * [`reduce`], [`nn`] (softmax, rms_norm, layer_norm, rope), [`indexing`], [`sort`],
 //!   [`pool`] (pooling and upsampling), [`random`] (Philox), [`conv`] (im2col/col2im for the
 //!   GEMM-based convolution path), [`quantized`] (GGML blocks: dequantize, embedding rows,
-//!   matrix-vector and mixture-of-experts products): the other families.
+//!   matrix-vector and mixture-of-experts products), [`attention`] (fused attention: prefill,
+//!   split-key decode, variable-length batches): the other families.
 
+pub mod attention;
 pub mod bundle;
 pub mod conv;
 pub mod dtype;

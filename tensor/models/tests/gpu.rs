@@ -515,3 +515,261 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
         "max |gpu - cpu|: first pass {d1}, second {d2}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fused attention: candle-flash-attn's API (`candle_rocm::flash_attn`), candle-nn's `sdpa` routed
+// to the ROCm device, and the llama decoder with `use_flash_attn`.
+// ---------------------------------------------------------------------------------------------
+
+/// The unfused reference on the CPU in f64: q `(b, sq, hq, d)`, k/v `(b, sk, hkv, d)`, causal
+/// and windows bottom-right aligned, an optional additive mask `(b, hq, sq, sk)`.
+#[allow(clippy::too_many_arguments)]
+fn unfused_cpu(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    window: (Option<usize>, Option<usize>),
+    softcap: Option<f64>,
+    mask: Option<&Tensor>,
+) -> Tensor {
+    let cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64).unwrap();
+    let (q, k, v) = (cpu(q), cpu(k), cpu(v));
+    let (b, sq, hq, d) = q.dims4().unwrap();
+    let (_, sk, hkv, _) = k.dims4().unwrap();
+    let rep = |t: &Tensor| {
+        // (b, s, hkv, d) -> (b, hq, s, d), each kv head repeated for its q heads.
+        let t = t.transpose(1, 2).unwrap();
+        let t = t
+            .unsqueeze(2)
+            .unwrap()
+            .broadcast_as((b, hkv, hq / hkv, t.dim(2).unwrap(), d))
+            .unwrap();
+        t.reshape((b, hq, t.dim(3).unwrap(), d)).unwrap()
+    };
+    let (k, v) = (rep(&k), rep(&v));
+    let q = q.transpose(1, 2).unwrap().contiguous().unwrap();
+    let mut s = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap();
+    if let Some(c) = softcap {
+        s = ((s / c).unwrap().tanh().unwrap() * c).unwrap();
+    }
+    if let Some(m) = mask {
+        s = s.broadcast_add(&cpu(m)).unwrap();
+    }
+    let shift = sk as i64 - sq as i64;
+    let allowed: Vec<f64> = (0..sq)
+        .flat_map(|i| {
+            (0..sk).map(move |j| {
+                let (i, j) = (i as i64, j as i64);
+                let lo = window.0.map_or(true, |w| j >= i + shift - w as i64);
+                let hi = window.1.map_or(true, |w| j <= i + shift + w as i64);
+                if lo && hi {
+                    0.0
+                } else {
+                    f64::NEG_INFINITY
+                }
+            })
+        })
+        .collect();
+    let allowed = Tensor::from_vec(allowed, (sq, sk), &Device::Cpu).unwrap();
+    let s = s.broadcast_add(&allowed).unwrap();
+    // Softmax that leaves fully masked rows at zero.
+    let mx = s.max_keepdim(D::Minus1).unwrap();
+    let finite_mx = mx
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap()
+        .into_iter()
+        .map(|x| if x.is_finite() { x } else { 0.0 })
+        .collect::<Vec<_>>();
+    let finite_mx = Tensor::from_vec(finite_mx, mx.shape(), &Device::Cpu).unwrap();
+    let e = s.broadcast_sub(&finite_mx).unwrap().exp().unwrap();
+    let den = e.sum_keepdim(D::Minus1).unwrap();
+    let den_safe = den
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap()
+        .into_iter()
+        .map(|x| if x > 0.0 { x } else { 1.0 })
+        .collect::<Vec<_>>();
+    let den_safe = Tensor::from_vec(den_safe, den.shape(), &Device::Cpu).unwrap();
+    let p = e.broadcast_div(&den_safe).unwrap();
+    p.matmul(&v).unwrap().transpose(1, 2).unwrap().contiguous().unwrap()
+}
+
+fn rand_tensor(dims: &[usize], seed: u64, dtype: DType, dev: &Device) -> Tensor {
+    let n = dims.iter().product();
+    let v: Vec<f32> = host_values(n, seed).into_iter().map(|x| x * 0.5).collect();
+    Tensor::from_vec(v, dims, &Device::Cpu)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+        .to_device(dev)
+        .unwrap()
+}
+
+fn attn_tol(dtype: DType) -> f32 {
+    match dtype {
+        DType::BF16 => 2e-2,
+        DType::F16 => 3e-3,
+        _ => 1e-4,
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn flash_attn_api_matches_the_unfused_cpu_computation() {
+    use candle_rocm::flash_attn::*;
+    let _lock = shared();
+    let dev = rocm();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (b, sq, sk, hq, hkv, d) in [(2, 50, 80, 8, 2, 64), (1, 1, 700, 8, 8, 128), (2, 33, 33, 4, 1, 96)] {
+            let q = rand_tensor(&[b, sq, hq, d], 1, dtype, &dev);
+            let k = rand_tensor(&[b, sk, hkv, d], 2, dtype, &dev);
+            let v = rand_tensor(&[b, sk, hkv, d], 3, dtype, &dev);
+            let scale = 1.0 / (d as f64).sqrt();
+            let cases: Vec<(&str, Tensor, Tensor)> = vec![
+                (
+                    "causal",
+                    flash_attn(&q, &k, &v, scale as f32, true).unwrap(),
+                    unfused_cpu(&q, &k, &v, scale, (None, Some(0)), None, None),
+                ),
+                (
+                    "full",
+                    flash_attn(&q, &k, &v, scale as f32, false).unwrap(),
+                    unfused_cpu(&q, &k, &v, scale, (None, None), None, None),
+                ),
+                (
+                    "window 8/0",
+                    flash_attn_windowed(&q, &k, &v, scale as f32, Some(8), Some(0)).unwrap(),
+                    unfused_cpu(&q, &k, &v, scale, (Some(8), Some(0)), None, None),
+                ),
+                (
+                    "softcap",
+                    flash_attn_windowed_softcap(&q, &k, &v, 1.0, None, Some(0), 3.0).unwrap(),
+                    unfused_cpu(&q, &k, &v, 1.0, (None, Some(0)), Some(3.0), None),
+                ),
+            ];
+            for (what, got, want) in cases {
+                assert_eq!(got.dims(), &[b, sq, hq, d]);
+                assert_eq!(got.dtype(), dtype);
+                let diff = max_abs_diff(&got, &want);
+                assert!(diff < attn_tol(dtype), "{dtype:?} {what} {:?}: {diff}", (b, sq, sk, hq, hkv, d));
+            }
+        }
+        // Varlen: two sequences packed, against each one alone.
+        let (hq, hkv, d) = (4, 2, 64);
+        let lens = [(9usize, 20usize), (40, 40)];
+        let qs: Vec<Tensor> = lens.iter().enumerate().map(|(i, l)| rand_tensor(&[1, l.0, hq, d], 10 + i as u64, dtype, &dev)).collect();
+        let ks: Vec<Tensor> = lens.iter().enumerate().map(|(i, l)| rand_tensor(&[1, l.1, hkv, d], 20 + i as u64, dtype, &dev)).collect();
+        let vs: Vec<Tensor> = lens.iter().enumerate().map(|(i, l)| rand_tensor(&[1, l.1, hkv, d], 30 + i as u64, dtype, &dev)).collect();
+        let cat = |ts: &[Tensor]| Tensor::cat(&ts.iter().map(|t| t.squeeze(0).unwrap()).collect::<Vec<_>>(), 0).unwrap();
+        let seqlens_q = Tensor::new(&[0u32, 9, 49], &dev).unwrap();
+        let seqlens_k = Tensor::new(&[0u32, 20, 60], &dev).unwrap();
+        let scale = 0.125f32;
+        let out = flash_attn_varlen(&cat(&qs), &cat(&ks), &cat(&vs), &seqlens_q, &seqlens_k, 40, 40, scale, true).unwrap();
+        assert_eq!(out.dims(), &[49, hq, d]);
+        let mut row = 0;
+        for (i, l) in lens.iter().enumerate() {
+            let want = unfused_cpu(&qs[i], &ks[i], &vs[i], scale as f64, (None, Some(0)), None, None);
+            let got = out.narrow(0, row, l.0).unwrap().unsqueeze(0).unwrap();
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff < attn_tol(dtype), "{dtype:?} varlen sequence {i}: {diff}");
+            row += l.0;
+        }
+    }
+    // On the CPU: an error naming the op, not a panic.
+    let q = Tensor::zeros((1, 4, 2, 64), DType::F32, &Device::Cpu).unwrap();
+    let e = flash_attn(&q, &q, &q, 1.0, true).unwrap_err().to_string();
+    assert!(e.contains("flash_attn"), "{e}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn sdpa_runs_fused_on_rocm() {
+    let _lock = shared();
+    let dev = rocm();
+    for dtype in [DType::F32, DType::BF16] {
+        // sdpa's order: (b, heads, seq, d); GQA without repeating k and v.
+        let (b, sq, sk, hq, hkv, d) = (2, 24, 40, 8, 2, 128);
+        let q = rand_tensor(&[b, hq, sq, d], 5, dtype, &dev);
+        let k = rand_tensor(&[b, hkv, sk, d], 6, dtype, &dev);
+        let v = rand_tensor(&[b, hkv, sk, d], 7, dtype, &dev);
+        let mask = rand_tensor(&[b, 1, sq, sk], 8, dtype, &dev);
+        let bshd = |t: &Tensor| t.transpose(1, 2).unwrap();
+        let scale = 1.0 / (d as f64).sqrt();
+        let got = candle_nn::ops::sdpa(&q, &k, &v, Some(&mask), true, scale as f32, 1.0).unwrap();
+        assert_eq!(got.dims(), &[b, hq, sq, d]);
+        let mask_full = mask.broadcast_as((b, hq, sq, sk)).unwrap();
+        let want = unfused_cpu(&bshd(&q), &bshd(&k), &bshd(&v), scale, (None, Some(0)), None, Some(&mask_full));
+        let diff = max_abs_diff(&bshd(&got), &want);
+        assert!(diff < attn_tol(dtype), "{dtype:?} sdpa causal + mask: {diff}");
+        // Softcapping (candle-nn's convention: 1.0 is off).
+        let got = candle_nn::ops::sdpa(&q, &k, &v, None, false, 1.0, 4.0).unwrap();
+        let want = unfused_cpu(&bshd(&q), &bshd(&k), &bshd(&v), 1.0, (None, None), Some(4.0), None);
+        let diff = max_abs_diff(&bshd(&got), &want);
+        assert!(diff < attn_tol(dtype), "{dtype:?} sdpa softcap: {diff}");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn llama_with_fused_attention_matches_unfused() {
+    let _lock = shared();
+    let dev = rocm();
+    // Greedy tokens: the 125M decoder (head dim 64, GQA 12/4) with and without fused attention.
+    let cfg = llama::config_125m();
+    let fused_cfg = candle_transformers::models::llama::Config {
+        use_flash_attn: true,
+        ..cfg.clone()
+    };
+    let weights = llama::random_weights(&cfg, &dev, 99).unwrap();
+    let plain = llama::build(&cfg, &weights, DType::F32, &dev).unwrap();
+    let fused = llama::build(&fused_cfg, &weights, DType::F32, &dev).unwrap();
+    let prompt: Vec<u32> = vec![1, 450, 4996, 17354, 1701, 432, 17204, 975, 29871, 13];
+    let a = llama::generate(&plain, &prompt, 24, true).unwrap();
+    let b = llama::generate(&fused, &prompt, 24, true).unwrap();
+    let worst = a
+        .logits
+        .iter()
+        .zip(&b.logits)
+        .map(|(x, y)| max_abs_diff(x, y))
+        .fold(0f32, f32::max);
+    println!("llama fused attention: tokens {:?}, largest logit difference {worst:.3e}", b.tokens);
+    assert_eq!(a.tokens, b.tokens);
+    assert!(worst < 1e-2, "{worst}");
+
+    // Prefill of 2048 tokens (2 layers, 2048 positions) in bf16: last-position logits agree.
+    let long = candle_transformers::models::llama::Config {
+        num_hidden_layers: 2,
+        max_position_embeddings: 2048,
+        ..cfg.clone()
+    };
+    let weights = llama::random_weights(&long, &dev, 7).unwrap();
+    let tokens: Vec<u32> = (0..2048u32).map(|i| (i * 7919 + 13) % 32000).collect();
+    let ids = Tensor::new(tokens.as_slice(), &dev).unwrap().unsqueeze(0).unwrap();
+    let mut logits = Vec::new();
+    for flash in [false, true] {
+        let c = candle_transformers::models::llama::Config {
+            use_flash_attn: flash,
+            ..long.clone()
+        };
+        let m = llama::build(&c, &weights, DType::BF16, &dev).unwrap();
+        let mut cache = m.new_cache(true).unwrap();
+        logits.push(m.forward(&ids, 0, &mut cache).unwrap());
+    }
+    let diff = max_abs_diff(&logits[0], &logits[1]);
+    let scale = logits[0]
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    println!("llama prefill 2048 bf16: largest logit difference {diff:.3e} (largest logit {scale:.3})");
+    assert!(diff <= 0.05 * scale.max(1.0), "{diff} vs {scale}");
+}

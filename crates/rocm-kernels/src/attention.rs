@@ -1,0 +1,741 @@
+//! Typed launch wrappers for fused attention (module `attention`): `softmax(Q K^T * scale + mask) V`
+//! without materialising the scores, for prefill (query tiles, online softmax over key tiles),
+//! decode (keys split across blocks, partial softmaxes merged: flash-decoding) and variable-length
+//! batches (cumulative sequence offsets, as flash-attention's `varlen` takes them).
+//!
+//! Semantics (those of flash-attention 2): query row `i` of a sequence of `seq_q` queries against
+//! `seq_k` keys sees key `j` when `i + seq_k - seq_q - window_left <= j <= i + seq_k - seq_q +
+//! window_right` (bottom-right aligned; `None` is unbounded; causal is `window_right = Some(0)`).
+//! An optional tanh softcap applies to the scaled scores, then the optional additive mask. Query
+//! head `h` uses key/value head `h / (heads_q / heads_kv)` (grouped- and multi-query attention). A
+//! row that sees no key (or only keys masked with -inf) is zeros, never NaN. Arithmetic is f32.
+//!
+//! Operands are addressed by element strides over (batch, sequence, head) with the head dim
+//! contiguous, so `(b, s, h, d)` and `(b, h, s, d)` layouts and their views need no copy; base
+//! pointers and strides must be multiples of 16 bytes (rows are read with 16-byte loads). Every
+//! wrapper checks shapes, strides and extents against the slices before launching.
+
+use hip_core::{DeviceSlice, DeviceSliceMut, KernelArg, KernelArgs, LaunchConfig, NullPtr, Stream};
+
+use crate::dtype::KernelDType;
+use crate::elementwise::{function, layout_err, unsupported};
+use crate::error::Result;
+use crate::indexing::IndexErrorFlag;
+
+/// The kernel module.
+const MODULE: &str = "attention";
+/// Threads per block of every attention kernel.
+const THREADS: u32 = 256;
+/// The head dims with kernels.
+pub const HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
+/// Query rows up to which the split-key decode kernel is used (non-varlen).
+pub const DECODE_MAX_SEQ_Q: usize = 8;
+/// Queries (q heads sharing a kv head, times rows) one decode block carries (`AT_DEC_MAXQ`).
+const DECODE_MAX_QUERIES: usize = 8;
+/// Fewest keys per decode split.
+const DECODE_MIN_KEYS_PER_SPLIT: usize = 128;
+/// Most decode splits.
+const DECODE_MAX_SPLITS: usize = 256;
+
+/// The problem's sizes. For variable-length batches, `seq_q`/`seq_k` are the longest sequences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnShape {
+    /// Sequences in the batch.
+    pub batch: usize,
+    /// Query rows per sequence.
+    pub seq_q: usize,
+    /// Key/value rows per sequence.
+    pub seq_k: usize,
+    /// Query heads (a multiple of `heads_kv`).
+    pub heads_q: usize,
+    /// Key/value heads.
+    pub heads_kv: usize,
+    /// The head dim of queries, keys, values and output (one of [`HEAD_DIMS`]).
+    pub head_dim: usize,
+}
+
+/// Scale, softcap and window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnOptions {
+    /// Multiplies `Q K^T` (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// `cap * tanh(s / cap)` on the scaled scores (gemma2's logit softcapping), when set (> 0).
+    pub softcap: Option<f32>,
+    /// Keys at most this far left of the diagonal are seen (`None`: all).
+    pub window_left: Option<usize>,
+    /// Keys at most this far right of the diagonal are seen (`None`: all; causal is `Some(0)`).
+    pub window_right: Option<usize>,
+}
+
+impl AttnOptions {
+    /// Plain (optionally causal) attention with `scale`.
+    pub fn new(scale: f32, causal: bool) -> Self {
+        AttnOptions {
+            scale,
+            softcap: None,
+            window_left: None,
+            window_right: causal.then_some(0),
+        }
+    }
+}
+
+/// One operand: its elements and their strides over (batch, sequence, head); the head dim is
+/// contiguous. For variable-length batches the batch stride is ignored (sequences are packed
+/// along the sequence dim).
+#[derive(Clone, Copy)]
+pub struct AttnInput<'a, T: hip_core::DeviceRepr> {
+    /// The elements (already offset to the operand's first element).
+    pub data: DeviceSlice<'a, T>,
+    /// Element strides of (batch, sequence, head).
+    pub strides: [usize; 3],
+}
+
+/// The output operand (same addressing as [`AttnInput`]).
+pub struct AttnOutput<'s, 'a, T: hip_core::DeviceRepr> {
+    /// The elements.
+    pub data: &'s mut DeviceSliceMut<'a, T>,
+    /// Element strides of (batch, sequence, head).
+    pub strides: [usize; 3],
+}
+
+/// An additive mask over (batch, query head, query row, key row), broadcast with zero strides.
+#[derive(Clone, Copy)]
+pub struct AttnMask<'a, T: hip_core::DeviceRepr> {
+    /// The elements.
+    pub data: DeviceSlice<'a, T>,
+    /// Element strides of (batch, query head, query row, key row); 0 broadcasts.
+    pub strides: [usize; 4],
+}
+
+/// Cumulative sequence offsets of a variable-length batch (`batch + 1` entries each, read on the
+/// device; bad offsets are recorded in the caller's [`IndexErrorFlag`]).
+#[derive(Clone, Copy)]
+pub struct Varlen<'a> {
+    /// Query offsets: sequence `b` is rows `cu_q[b] .. cu_q[b + 1]` of q and the output.
+    pub cu_q: DeviceSlice<'a, u32>,
+    /// Key offsets: sequence `b` is rows `cu_k[b] .. cu_k[b + 1]` of k and v.
+    pub cu_k: DeviceSlice<'a, u32>,
+    /// Rows of q and the output.
+    pub total_q: usize,
+    /// Rows of k and v.
+    pub total_k: usize,
+}
+
+/// The kernels' parameter struct (`AttnParams` in attention.hip).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct Params {
+    q: [i64; 3],
+    k: [i64; 3],
+    v: [i64; 3],
+    o: [i64; 3],
+    m: [i64; 4],
+    batch: i64,
+    sq: i64,
+    sk: i64,
+    hq: i64,
+    hkv: i64,
+    total_q: i64,
+    total_k: i64,
+    window_left: i64,
+    window_right: i64,
+    splits_rows: i64,
+    reserved: i64,
+    scale: f32,
+    softcap: f32,
+}
+
+struct ParamsArg(Params);
+
+impl KernelArg for ParamsArg {
+    fn push_arg(&self, args: &mut KernelArgs, _stream: &Stream) -> hip_core::Result<()> {
+        // SAFETY: `Params` is `#[repr(C)]`: 27 i64 then 2 f32, no padding; the kernels take
+        // `AttnParams` (the same fields in the same order) by value at this position.
+        unsafe { args.push_raw(self.0) }
+    }
+}
+
+/// A device pointer or null.
+struct OptArg<'a, T: hip_core::DeviceRepr>(Option<DeviceSlice<'a, T>>);
+
+impl<T: hip_core::DeviceRepr> KernelArg for OptArg<'_, T> {
+    fn push_arg(&self, args: &mut KernelArgs, stream: &Stream) -> hip_core::Result<()> {
+        match &self.0 {
+            Some(s) => s.push_arg(args, stream),
+            None => NullPtr.push_arg(args, stream),
+        }
+    }
+}
+
+/// The prefill kernels' (query rows, key rows) per tile: mirrors the instantiations in
+/// attention.hip (the kernel strides over query tiles, so a mismatch costs time, not results).
+fn prefill_tile(elem_bytes: usize, head_dim: usize) -> (usize, usize) {
+    match (elem_bytes, head_dim) {
+        (2, 32 | 64 | 80) => (64, 64),
+        (2, 96 | 128) => (64, 32),
+        (2, _) => (32, 32),
+        (_, 32) => (64, 64),
+        (_, 64) => (64, 32),
+        (_, 256) => (16, 16),
+        _ => (32, 32),
+    }
+}
+
+fn to_i64(op: &str, what: &str, v: usize) -> Result<i64> {
+    i64::try_from(v).map_err(|_| layout_err(op, format!("{what} = {v} does not fit in i64")))
+}
+
+/// Checks one operand: 16-byte aligned base and strides, and every element it addresses inside
+/// its slice. `dims` are (batch, rows, heads); `dims[0]` is 1 for packed varlen operands.
+fn check_operand(
+    op: &str,
+    what: &str,
+    ptr: hip_core::DevicePtr,
+    len: usize,
+    elem_bytes: usize,
+    strides: [usize; 3],
+    dims: [usize; 3],
+    head_dim: usize,
+) -> Result<()> {
+    let vec = 16 / elem_bytes;
+    if ptr.0 % 16 != 0 || strides.iter().any(|s| s % vec != 0) {
+        return Err(layout_err(
+            op,
+            format!(
+                "{what} must start 16-byte aligned with strides that are multiples of {vec} \
+                 elements, got strides {strides:?} (make it contiguous first)"
+            ),
+        ));
+    }
+    if dims.contains(&0) {
+        return Ok(());
+    }
+    let mut last = head_dim - 1;
+    for (s, d) in strides.iter().zip(dims) {
+        last = (d - 1)
+            .checked_mul(*s)
+            .and_then(|x| x.checked_add(last))
+            .ok_or_else(|| layout_err(op, format!("{what}: the strides overflow")))?;
+    }
+    if last >= len {
+        return Err(layout_err(
+            op,
+            format!(
+                "{what} of (batch, rows, heads) {dims:?} x {head_dim} with strides {strides:?} \
+                 reaches element {last} of a {len}-element slice"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_float<T: KernelDType>(op: &str) -> Result<()> {
+    match T::NAME {
+        "f32" | "f16" | "bf16" => Ok(()),
+        other => Err(unsupported(
+            op,
+            other,
+            "fused attention takes f32, f16 or bf16 (f32 arithmetic)",
+        )),
+    }
+}
+
+/// Validates the problem (everything but the operands' extents) and builds the parameters.
+fn params(op: &str, shape: &AttnShape, opts: &AttnOptions) -> Result<Params> {
+    if !HEAD_DIMS.contains(&shape.head_dim) {
+        return Err(layout_err(
+            op,
+            format!(
+                "head dim {} has no kernel (supported: {HEAD_DIMS:?})",
+                shape.head_dim
+            ),
+        ));
+    }
+    if shape.heads_kv == 0 || shape.heads_q % shape.heads_kv != 0 {
+        return Err(layout_err(
+            op,
+            format!(
+                "{} query heads are not a multiple of {} key/value heads",
+                shape.heads_q, shape.heads_kv
+            ),
+        ));
+    }
+    let softcap = match opts.softcap {
+        None => 0.0,
+        Some(c) if c.is_finite() && c > 0.0 => c,
+        Some(c) => {
+            return Err(layout_err(
+                op,
+                format!("the softcap must be finite and positive, got {c}"),
+            ))
+        }
+    };
+    if !opts.scale.is_finite() {
+        return Err(layout_err(
+            op,
+            format!("the softmax scale must be finite, got {}", opts.scale),
+        ));
+    }
+    let window = |w: Option<usize>, what: &str| match w {
+        None => Ok(-1),
+        Some(w) => to_i64(op, what, w),
+    };
+    Ok(Params {
+        batch: to_i64(op, "batch", shape.batch)?,
+        sq: to_i64(op, "seq_q", shape.seq_q)?,
+        sk: to_i64(op, "seq_k", shape.seq_k)?,
+        hq: to_i64(op, "heads_q", shape.heads_q)?,
+        hkv: to_i64(op, "heads_kv", shape.heads_kv)?,
+        window_left: window(opts.window_left, "window_left")?,
+        window_right: window(opts.window_right, "window_right")?,
+        scale: opts.scale,
+        softcap,
+        ..Params::default()
+    })
+}
+
+fn strides_i64(op: &str, s: [usize; 3]) -> Result<[i64; 3]> {
+    Ok([
+        to_i64(op, "stride", s[0])?,
+        to_i64(op, "stride", s[1])?,
+        to_i64(op, "stride", s[2])?,
+    ])
+}
+
+fn grid_dim(op: &str, what: &str, v: usize, max: usize) -> Result<u32> {
+    if v > max {
+        return Err(layout_err(
+            op,
+            format!("{what} = {v} exceeds one launch's {max}"),
+        ));
+    }
+    Ok(v as u32)
+}
+
+/// Fused attention over fixed-length sequences: `out = softmax(q k^T * scale + mask) v` per
+/// (batch, query head). `q` and `out` are (batch, seq_q, heads_q, head_dim) through their strides,
+/// `k` and `v` (batch, seq_k, heads_kv, head_dim); the mask (q's dtype) broadcasts to (batch,
+/// heads_q, seq_q, seq_k). Up to [`DECODE_MAX_SEQ_Q`] query rows take the split-key decode path.
+#[allow(clippy::too_many_arguments)]
+pub fn attention<T: KernelDType>(
+    stream: &Stream,
+    shape: &AttnShape,
+    opts: &AttnOptions,
+    q: AttnInput<'_, T>,
+    k: AttnInput<'_, T>,
+    v: AttnInput<'_, T>,
+    mask: Option<AttnMask<'_, T>>,
+    out: AttnOutput<'_, '_, T>,
+) -> Result<()> {
+    let op = "flash_attn";
+    check_float::<T>(op)?;
+    let mut p = params(op, shape, opts)?;
+    let es = std::mem::size_of::<T>();
+    let d = shape.head_dim;
+    let (b, sq, sk) = (shape.batch, shape.seq_q, shape.seq_k);
+    check_operand(
+        op,
+        "q",
+        q.data.device_ptr(),
+        q.data.len(),
+        es,
+        q.strides,
+        [b, sq, shape.heads_q],
+        d,
+    )?;
+    check_operand(
+        op,
+        "k",
+        k.data.device_ptr(),
+        k.data.len(),
+        es,
+        k.strides,
+        [b, sk, shape.heads_kv],
+        d,
+    )?;
+    check_operand(
+        op,
+        "v",
+        v.data.device_ptr(),
+        v.data.len(),
+        es,
+        v.strides,
+        [b, sk, shape.heads_kv],
+        d,
+    )?;
+    check_operand(
+        op,
+        "the output",
+        out.data.device_ptr(),
+        out.data.len(),
+        es,
+        out.strides,
+        [b, sq, shape.heads_q],
+        d,
+    )?;
+    if let Some(m) = &mask {
+        let dims = [b, shape.heads_q, sq, sk];
+        if !dims.contains(&0) {
+            let mut last = 0usize;
+            for (s, n) in m.strides.iter().zip(dims) {
+                last = (n - 1)
+                    .checked_mul(*s)
+                    .and_then(|x| x.checked_add(last))
+                    .ok_or_else(|| layout_err(op, "the mask's strides overflow"))?;
+            }
+            if last >= m.data.len() {
+                return Err(layout_err(
+                    op,
+                    format!(
+                        "the mask broadcast to {dims:?} with strides {:?} reaches element {last} \
+                         of a {}-element slice",
+                        m.strides,
+                        m.data.len()
+                    ),
+                ));
+            }
+        }
+        p.m = [
+            to_i64(op, "stride", m.strides[0])?,
+            to_i64(op, "stride", m.strides[1])?,
+            to_i64(op, "stride", m.strides[2])?,
+            to_i64(op, "stride", m.strides[3])?,
+        ];
+    }
+    p.q = strides_i64(op, q.strides)?;
+    p.k = strides_i64(op, k.strides)?;
+    p.v = strides_i64(op, v.strides)?;
+    p.o = strides_i64(op, out.strides)?;
+    p.total_q = p.sq;
+    p.total_k = p.sk;
+    if b == 0 || sq == 0 || shape.heads_q == 0 {
+        return Ok(());
+    }
+    let mask_arg = OptArg(mask.map(|m| m.data));
+    if sq <= DECODE_MAX_SEQ_Q {
+        return decode(stream, shape, p, q, k, v, mask_arg, out);
+    }
+    let (bm, _) = prefill_tile(es, d);
+    let config = LaunchConfig {
+        grid: [
+            grid_dim(op, "query tiles", sq.div_ceil(bm), i32::MAX as usize)?,
+            grid_dim(op, "query heads", shape.heads_q, 65_535)?,
+            grid_dim(op, "batch", b, 65_535)?,
+        ],
+        block: [THREADS, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let f = function(stream, MODULE, &format!("attn_prefill_{}_d{d}", T::NAME))?;
+    let no_cu = OptArg::<u32>(None);
+    let builder = f
+        .builder(stream, config)
+        .arg(ParamsArg(p))
+        .arg(q.data)
+        .arg(k.data)
+        .arg(v.data)
+        .arg(mask_arg)
+        .arg(no_cu)
+        .arg(OptArg::<u32>(None))
+        .arg(&mut *out.data);
+    // SAFETY: (AttnParams p, const T* q, k, v, mask, const u32* cu_q, cu_k, T* o, u32* err):
+    // every element the kernel reads or writes lies within the (batch, rows, heads, head_dim)
+    // extents checked above for each operand and the mask; without offsets the error record is
+    // never touched (null).
+    unsafe { builder.arg(NullPtr).launch()? };
+    Ok(())
+}
+
+/// The split-key decode path and, with several splits, the merge.
+#[allow(clippy::too_many_arguments)]
+fn decode<T: KernelDType>(
+    stream: &Stream,
+    shape: &AttnShape,
+    mut p: Params,
+    q: AttnInput<'_, T>,
+    k: AttnInput<'_, T>,
+    v: AttnInput<'_, T>,
+    mask: OptArg<'_, T>,
+    out: AttnOutput<'_, '_, T>,
+) -> Result<()> {
+    let op = "flash_attn";
+    let d = shape.head_dim;
+    let group = shape.heads_q / shape.heads_kv;
+    let slices = (shape.seq_q * group).div_ceil(DECODE_MAX_QUERIES);
+    let blocks = shape.batch * shape.heads_kv * slices;
+    let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
+    let splits = (2 * sms)
+        .div_ceil(blocks)
+        .min(shape.seq_k.div_ceil(DECODE_MIN_KEYS_PER_SPLIT))
+        .clamp(1, DECODE_MAX_SPLITS);
+    let rows = shape.batch * shape.heads_q * shape.seq_q;
+    p.splits_rows = to_i64(op, "rows", rows)?;
+    let config = LaunchConfig {
+        grid: [
+            splits as u32,
+            grid_dim(
+                op,
+                "kv heads x query slices",
+                shape.heads_kv * slices,
+                65_535,
+            )?,
+            grid_dim(op, "batch", shape.batch, 65_535)?,
+        ],
+        block: [THREADS, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let part_len = splits
+        .checked_mul(rows)
+        .and_then(|x| x.checked_mul(d + 2))
+        .ok_or_else(|| layout_err(op, "the partial-sum buffer overflows usize"))?;
+    let mut part = if splits > 1 {
+        Some(stream.alloc::<f32>(part_len)?)
+    } else {
+        None
+    };
+    let f = function(stream, MODULE, &format!("attn_decode_{}_d{d}", T::NAME))?;
+    let builder = f
+        .builder(stream, config)
+        .arg(ParamsArg(p))
+        .arg(q.data)
+        .arg(k.data)
+        .arg(v.data)
+        .arg(mask)
+        .arg(&mut *out.data);
+    // SAFETY: (AttnParams p, const T* q, k, v, mask, T* o, float* part): reads and writes stay
+    // within the operand extents checked by `attention`; with one split the output is written
+    // and `part` is unused (null), otherwise `part` holds splits x rows x (head_dim + 2) floats:
+    // the partial sums of every (split, row) and their (max, sum) pairs.
+    match part.as_mut() {
+        Some(buf) => unsafe { builder.arg(&mut *buf).launch()? },
+        None => unsafe { builder.arg(NullPtr).launch()? },
+    }
+    if let Some(buf) = part {
+        let merge = function(stream, MODULE, &format!("attn_merge_{}_d{d}", T::NAME))?;
+        let config = LaunchConfig {
+            grid: [grid_dim(op, "rows", rows, i32::MAX as usize)?, 1, 1],
+            block: [d.div_ceil(32) as u32 * 32, 1, 1],
+            shared_mem_bytes: 0,
+        };
+        let builder = merge
+            .builder(stream, config)
+            .arg(ParamsArg(p))
+            .arg(splits as i64)
+            .arg(&buf);
+        // SAFETY: (AttnParams p, i64 splits, const float* part, T* o): one block per output row
+        // (rows = batch x heads_q x seq_q), one thread per element of head_dim; it reads the
+        // splits' partials written above and writes within the output's checked extent.
+        unsafe { builder.arg(&mut *out.data).launch()? };
+    }
+    Ok(())
+}
+
+/// Fused attention over a variable-length batch: `q`/`out` are (total_q, heads_q, head_dim) and
+/// `k`/`v` (total_k, heads_kv, head_dim) through their (sequence, head) strides (the batch
+/// stride is ignored); sequence `b` spans rows `cu_q[b] .. cu_q[b + 1]` and `cu_k[b] ..
+/// cu_k[b + 1]`. `shape.batch` is the number of sequences (`cu_q.len() - 1`). Offsets that
+/// decrease or pass the totals are recorded in `flag` (that sequence is skipped).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_varlen<T: KernelDType>(
+    stream: &Stream,
+    shape: &AttnShape,
+    opts: &AttnOptions,
+    q: AttnInput<'_, T>,
+    k: AttnInput<'_, T>,
+    v: AttnInput<'_, T>,
+    offsets: Varlen<'_>,
+    out: AttnOutput<'_, '_, T>,
+    flag: &IndexErrorFlag,
+) -> Result<()> {
+    let op = "flash_attn_varlen";
+    check_float::<T>(op)?;
+    let mut p = params(op, shape, opts)?;
+    let es = std::mem::size_of::<T>();
+    let d = shape.head_dim;
+    if offsets.cu_q.len() != shape.batch + 1 || offsets.cu_k.len() != shape.batch + 1 {
+        return Err(layout_err(
+            op,
+            format!(
+                "{} sequences need {} offsets each, got {} (q) and {} (k)",
+                shape.batch,
+                shape.batch + 1,
+                offsets.cu_q.len(),
+                offsets.cu_k.len()
+            ),
+        ));
+    }
+    let packed = |s: [usize; 3]| [0, s[1], s[2]];
+    let (tq, tk) = (offsets.total_q, offsets.total_k);
+    check_operand(
+        op,
+        "q",
+        q.data.device_ptr(),
+        q.data.len(),
+        es,
+        packed(q.strides),
+        [1, tq, shape.heads_q],
+        d,
+    )?;
+    check_operand(
+        op,
+        "k",
+        k.data.device_ptr(),
+        k.data.len(),
+        es,
+        packed(k.strides),
+        [1, tk, shape.heads_kv],
+        d,
+    )?;
+    check_operand(
+        op,
+        "v",
+        v.data.device_ptr(),
+        v.data.len(),
+        es,
+        packed(v.strides),
+        [1, tk, shape.heads_kv],
+        d,
+    )?;
+    check_operand(
+        op,
+        "the output",
+        out.data.device_ptr(),
+        out.data.len(),
+        es,
+        packed(out.strides),
+        [1, tq, shape.heads_q],
+        d,
+    )?;
+    p.q = strides_i64(op, packed(q.strides))?;
+    p.k = strides_i64(op, packed(k.strides))?;
+    p.v = strides_i64(op, packed(v.strides))?;
+    p.o = strides_i64(op, packed(out.strides))?;
+    p.total_q = to_i64(op, "total_q", tq)?;
+    p.total_k = to_i64(op, "total_k", tk)?;
+    if tq == 0 || shape.batch == 0 || shape.heads_q == 0 {
+        return Ok(());
+    }
+    // Rows of sequences with bad offsets are not written: start from zeros.
+    out.data.memset_async(0)?;
+    let (bm, _) = prefill_tile(es, d);
+    let config = LaunchConfig {
+        grid: [
+            grid_dim(
+                op,
+                "query tiles",
+                shape.seq_q.max(1).div_ceil(bm),
+                i32::MAX as usize,
+            )?,
+            grid_dim(op, "query heads", shape.heads_q, 65_535)?,
+            grid_dim(op, "batch", shape.batch, 65_535)?,
+        ],
+        block: [THREADS, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let flag_arg = flag.arg(op, stream)?;
+    let f = function(stream, MODULE, &format!("attn_prefill_{}_d{d}", T::NAME))?;
+    let builder = f
+        .builder(stream, config)
+        .arg(ParamsArg(p))
+        .arg(q.data)
+        .arg(k.data)
+        .arg(v.data)
+        .arg(OptArg::<T>(None))
+        .arg(offsets.cu_q)
+        .arg(offsets.cu_k)
+        .arg(&mut *out.data);
+    // SAFETY: (AttnParams p, const T* q, k, v, mask (null), const u32* cu_q, cu_k, T* o,
+    // u32* err): the kernel reads cu_q/cu_k[0 ..= batch] (lengths checked), and only uses
+    // sequences whose offsets are non-decreasing and within total_q / total_k, whose rows lie in
+    // the packed extents checked above (a stride over sequences longer than the grid's tiles is
+    // covered by the kernel's own loop); bad offsets go to the 8-word error record.
+    unsafe { builder.arg(flag_arg).launch()? };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_match_the_kernel_struct() {
+        // 27 i64 + 2 f32, no padding: the kernel's AttnParams.
+        assert_eq!(std::mem::size_of::<Params>(), 27 * 8 + 8);
+        let src = crate::modules::full_source(MODULE).expect("attention module");
+        assert!(src.contains("float scale, softcap;"));
+        assert!(src.contains("i64 splits_rows;"));
+    }
+
+    #[test]
+    fn every_kernel_is_in_the_source() {
+        let src = crate::modules::full_source(MODULE).expect("attention module");
+        for t in ["bf16", "f16", "f32"] {
+            for d in HEAD_DIMS {
+                let es = if t == "f32" { 4 } else { 2 };
+                let (bm, bn) = prefill_tile(es, d);
+                assert!(
+                    src.contains(&format!("AT_PREFILL({t}, {t}, {d}, {bm}, {bn})")),
+                    "{t} d{d}: the tile differs from the kernel's"
+                );
+                assert!(
+                    src.contains(&format!("AT_DECODE({t}, {t}, {d})")),
+                    "{t} d{d}"
+                );
+            }
+        }
+        assert!(src.contains(&format!(
+            "#define AT_ERR_VARLEN {}u",
+            crate::indexing::IndexOp::AttentionSeqlens.code()
+        )));
+        assert!(src.contains(&format!("#define AT_DEC_MAXQ {DECODE_MAX_QUERIES}")));
+    }
+
+    #[test]
+    fn bad_problems_are_errors() {
+        let shape = AttnShape {
+            batch: 1,
+            seq_q: 4,
+            seq_k: 4,
+            heads_q: 6,
+            heads_kv: 4,
+            head_dim: 64,
+        };
+        let opts = AttnOptions::new(0.125, true);
+        assert!(params("t", &shape, &opts).is_err(), "6 heads over 4");
+        let shape = AttnShape {
+            heads_q: 8,
+            head_dim: 72,
+            ..shape
+        };
+        assert!(params("t", &shape, &opts).is_err(), "head dim 72");
+        let shape = AttnShape {
+            head_dim: 128,
+            ..shape
+        };
+        assert!(params("t", &shape, &opts).is_ok());
+        let bad = AttnOptions {
+            softcap: Some(-1.0),
+            ..opts
+        };
+        assert!(params("t", &shape, &bad).is_err());
+        let bad = AttnOptions {
+            scale: f32::NAN,
+            ..opts
+        };
+        assert!(params("t", &shape, &bad).is_err());
+    }
+
+    #[test]
+    fn operand_extents_are_checked() {
+        let ptr = hip_core::DevicePtr(0x1000);
+        // (1, 4, 2) x 64 contiguous: 512 elements.
+        assert!(check_operand("t", "q", ptr, 512, 2, [512, 128, 64], [1, 4, 2], 64).is_ok());
+        assert!(check_operand("t", "q", ptr, 511, 2, [512, 128, 64], [1, 4, 2], 64).is_err());
+        // Misaligned stride (not a multiple of 8 bf16 elements).
+        assert!(check_operand("t", "q", ptr, 4096, 2, [512, 130, 64], [1, 4, 2], 64).is_err());
+        // Misaligned base.
+        let odd = hip_core::DevicePtr(0x1008);
+        assert!(check_operand("t", "q", odd, 512, 2, [512, 128, 64], [1, 4, 2], 64).is_err());
+        // Empty is fine.
+        assert!(check_operand("t", "q", ptr, 0, 2, [512, 128, 64], [1, 0, 2], 64).is_ok());
+    }
+}
