@@ -520,6 +520,19 @@ impl Comm {
         self.inner.abort();
     }
 
+    /// The library's operation for `op`. On one rank, `Avg` is sent as `Sum` (the same
+    /// result: the input itself): NCCL's one-rank kernel for averages (`oneRankReduce`, also
+    /// used by RCCL) leaves the last `count % blocks` elements unwritten before NCCL 2.29.7
+    /// (NVIDIA/nccl#1950; RCCL's port of the fix: ROCm/rocm-systems#7711). Found by
+    /// tests/gpu.rs on NCCL 2.28.3 (f64, 4099 elements).
+    fn raw_op(&self, op: ReduceOp) -> sys::ncclRedOp_t {
+        if self.inner.nranks == 1 && op == ReduceOp::Avg {
+            ReduceOp::Sum.raw()
+        } else {
+            op.raw()
+        }
+    }
+
     // ------------------------------------------------------------------------------- checks
 
     fn check_buffer<T: NcclType>(
@@ -624,7 +637,7 @@ impl Comm {
                         ptr_mut(rp),
                         n,
                         T::DATA_TYPE,
-                        op.raw(),
+                        self.raw_op(op),
                         comm,
                         stream
                     )
@@ -653,7 +666,15 @@ impl Comm {
             unsafe {
                 call_raw!(
                     lib,
-                    ncclAllReduce(ptr(p), ptr_mut(p), n, T::DATA_TYPE, op.raw(), comm, stream)
+                    ncclAllReduce(
+                        ptr(p),
+                        ptr_mut(p),
+                        n,
+                        T::DATA_TYPE,
+                        self.raw_op(op),
+                        comm,
+                        stream
+                    )
                 )
             }
         })?;
@@ -779,7 +800,7 @@ impl Comm {
                         ptr_mut(rp),
                         n,
                         T::DATA_TYPE,
-                        op.raw(),
+                        self.raw_op(op),
                         c_root,
                         comm,
                         stream
@@ -869,7 +890,7 @@ impl Comm {
                         ptr_mut(rp),
                         n,
                         T::DATA_TYPE,
-                        op.raw(),
+                        self.raw_op(op),
                         comm,
                         stream
                     )

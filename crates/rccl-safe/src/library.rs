@@ -118,15 +118,36 @@ pub fn nccl_spec() -> LibrarySpec {
 }
 
 /// The Python installation prefixes whose site-packages may hold NVIDIA's NCCL wheel, in
-/// order: `$VIRTUAL_ENV`, `$CONDA_PREFIX`, `~/.local`, `/usr/local`, `/usr`, `/opt/conda`.
+/// order: `$VIRTUAL_ENV`, `$CONDA_PREFIX`, `~/.local`, `~/.venv`, `./.venv`, `/usr/local`,
+/// `/usr`, `/opt/conda`, then the virtual environments of applications under `/opt`
+/// (`/opt/*/.venv`, `/opt/*/venv`, sorted), where images often install PyTorch.
 pub fn python_prefixes() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    let home = env_dir("HOME").map(|h| h.join(".local"));
-    for p in [env_dir("VIRTUAL_ENV"), env_dir("CONDA_PREFIX"), home]
-        .into_iter()
-        .flatten()
-        .chain(["/usr/local", "/usr", "/opt/conda"].map(PathBuf::from))
-    {
+    let home = env_dir("HOME");
+    let mut candidates: Vec<PathBuf> = [
+        env_dir("VIRTUAL_ENV"),
+        env_dir("CONDA_PREFIX"),
+        home.as_ref().map(|h| h.join(".local")),
+        home.as_ref().map(|h| h.join(".venv")),
+        Some(PathBuf::from(".venv")),
+    ]
+    .into_iter()
+    .flatten()
+    .chain(["/usr/local", "/usr", "/opt/conda"].map(PathBuf::from))
+    .collect();
+    if let Ok(entries) = std::fs::read_dir("/opt") {
+        let mut apps: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        apps.sort();
+        for app in apps {
+            for venv in [".venv", "venv"] {
+                let p = app.join(venv);
+                if p.is_dir() {
+                    candidates.push(p);
+                }
+            }
+        }
+    }
+    for p in candidates {
         if !out.contains(&p) {
             out.push(p);
         }

@@ -291,6 +291,15 @@ fn library_version_and_platform() {
         lib.has("ncclCommInitRankConfig")
     );
     assert!(version.starts_with("2."), "{version}");
+    let spec = match lib.platform() {
+        hip_core::Platform::Amd => rccl_safe::library::rccl_spec(),
+        hip_core::Platform::Nvidia => rccl_safe::library::nccl_spec(),
+    };
+    let first = spec
+        .candidates()
+        .into_iter()
+        .find(|c| std::path::Path::new(c).exists());
+    println!("first candidate on disk (the file opened): {first:?}");
 }
 
 #[test]
