@@ -43,6 +43,15 @@ fn rccl_exports_every_function_of_the_table() {
     ] {
         assert!(functions.contains(&needed), "the table lacks {needed}");
     }
+    let dir = rocm_libs::rocm_lib_dir();
+    assert!(
+        rccl_safe::RCCL_SONAMES.iter().any(|n| dir.join(n).exists()),
+        "{} holds no {}: a ROCm prefix installed before the installer added Debian's RCCL; run \
+         `cargo xtask install-rocm --update` (or scripts/install-rocm.sh --update), or set \
+         HIP_CORE_ROCM_LIB_DIR to a directory holding librccl.so.1",
+        dir.display(),
+        rccl_safe::RCCL_SONAMES.join(" / ")
+    );
     let path = find_library(rccl_safe::RCCL_SONAMES);
     let exported = exported_functions(&path);
     let missing: Vec<&str> = functions
