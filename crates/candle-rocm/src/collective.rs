@@ -20,10 +20,14 @@
 //! broadcast, peer copies) and refused by the reductions.
 
 use candle_core::backend::{BackendDevice, BackendStorage};
-use candle_core::{DType, Layout, Result, Shape};
+use candle_core::{Layout, Result};
+#[cfg(feature = "rccl")]
+use candle_core::{DType, Shape};
 
 use crate::device::RocmDevice;
-use crate::error::{hip_err, RocmError};
+use crate::error::hip_err;
+#[cfg(feature = "rccl")]
+use crate::error::RocmError;
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 #[cfg(feature = "rccl")]

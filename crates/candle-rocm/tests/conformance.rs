@@ -3197,6 +3197,7 @@ fn arg_sort_last_dim_sorts_rows() {
 #[path = "suite/blas.rs"]
 mod blas;
 
+#[cfg(feature = "rccl")]
 #[path = "suite/collective.rs"]
 mod collective;
 

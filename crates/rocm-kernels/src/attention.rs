@@ -187,6 +187,7 @@ fn to_i64(op: &str, what: &str, v: usize) -> Result<i64> {
 
 /// Checks one operand: 16-byte aligned base and strides, and every element it addresses inside
 /// its slice. `dims` are (batch, rows, heads); `dims[0]` is 1 for packed varlen operands.
+#[allow(clippy::too_many_arguments)]
 fn check_operand(
     op: &str,
     what: &str,
@@ -506,7 +507,9 @@ fn decode<T: KernelDType>(
     // and `part` is unused (null), otherwise `part` holds splits x rows x (head_dim + 2) floats:
     // the partial sums of every (split, row) and their (max, sum) pairs.
     match part.as_mut() {
+        // SAFETY: as above, `buf` being the partial-sum buffer of the splits.
         Some(buf) => unsafe { builder.arg(&mut *buf).launch()? },
+        // SAFETY: as above; one split writes the output and never touches `part` (null).
         None => unsafe { builder.arg(NullPtr).launch()? },
     }
     if let Some(buf) = part {

@@ -120,10 +120,29 @@ pub fn validate_config(cfg: &Config) -> Result<()> {
             cfg.hidden_size / cfg.num_attention_heads
         )));
     }
-    if cfg.use_flash_attn {
-        return Err(invalid(
-            "llama config: use_flash_attn needs candle's CUDA-only flash-attn kernels; set it to false",
-        ));
+    Ok(())
+}
+
+/// `use_flash_attn` runs candle-transformers' attention through candle-nn's `sdpa` (our Candle
+/// patch), i.e. candle-rocm's fused attention: a ROCm device and a head dim it has kernels for.
+fn check_flash_attn(cfg: &Config, device: &Device) -> Result<()> {
+    if !cfg.use_flash_attn {
+        return Ok(());
+    }
+    use candle_rocm::RocmDeviceExt;
+    let head_dim = cfg.hidden_size / cfg.num_attention_heads;
+    if !device.is_rocm() {
+        return Err(invalid(format!(
+            "llama config: use_flash_attn needs fused attention, which runs on ROCm devices \
+             (candle_rocm::flash_attn), not on {:?}; set it to false",
+            device.location()
+        )));
+    }
+    if !candle_rocm::attention::HEAD_DIMS.contains(&head_dim) {
+        return Err(invalid(format!(
+            "llama config: use_flash_attn: head dim {head_dim} has no fused kernel (supported: {:?})",
+            candle_rocm::attention::HEAD_DIMS
+        )));
     }
     Ok(())
 }
@@ -299,6 +318,7 @@ pub fn build(
             "llama::build: dtype {dtype:?} is not supported (use f32, f16 or bf16)"
         )));
     }
+    check_flash_attn(cfg, device)?;
     let specs = weight_shapes(cfg)?;
     let mut converted = HashMap::with_capacity(specs.len());
     for s in &specs {

@@ -533,7 +533,12 @@ fn unfused_cpu(
     softcap: Option<f64>,
     mask: Option<&Tensor>,
 ) -> Tensor {
-    let cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64).unwrap();
+    let cpu = |t: &Tensor| {
+        t.to_device(&Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap()
+    };
     let (q, k, v) = (cpu(q), cpu(k), cpu(v));
     let (b, sq, hq, d) = q.dims4().unwrap();
     let (_, sk, hkv, _) = k.dims4().unwrap();
@@ -561,8 +566,8 @@ fn unfused_cpu(
         .flat_map(|i| {
             (0..sk).map(move |j| {
                 let (i, j) = (i as i64, j as i64);
-                let lo = window.0.map_or(true, |w| j >= i + shift - w as i64);
-                let hi = window.1.map_or(true, |w| j <= i + shift + w as i64);
+                let lo = window.0.is_none_or(|w| j >= i + shift - w as i64);
+                let hi = window.1.is_none_or(|w| j <= i + shift + w as i64);
                 if lo && hi {
                     0.0
                 } else {
@@ -596,7 +601,12 @@ fn unfused_cpu(
         .collect::<Vec<_>>();
     let den_safe = Tensor::from_vec(den_safe, den.shape(), &Device::Cpu).unwrap();
     let p = e.broadcast_div(&den_safe).unwrap();
-    p.matmul(&v).unwrap().transpose(1, 2).unwrap().contiguous().unwrap()
+    p.matmul(&v)
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .contiguous()
+        .unwrap()
 }
 
 fn rand_tensor(dims: &[usize], seed: u64, dtype: DType, dev: &Device) -> Tensor {
@@ -625,7 +635,11 @@ fn flash_attn_api_matches_the_unfused_cpu_computation() {
     let _lock = shared();
     let dev = rocm();
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for (b, sq, sk, hq, hkv, d) in [(2, 50, 80, 8, 2, 64), (1, 1, 700, 8, 8, 128), (2, 33, 33, 4, 1, 96)] {
+        for (b, sq, sk, hq, hkv, d) in [
+            (2, 50, 80, 8, 2, 64),
+            (1, 1, 700, 8, 8, 128),
+            (2, 33, 33, 4, 1, 96),
+        ] {
             let q = rand_tensor(&[b, sq, hq, d], 1, dtype, &dev);
             let k = rand_tensor(&[b, sk, hkv, d], 2, dtype, &dev);
             let v = rand_tensor(&[b, sk, hkv, d], 3, dtype, &dev);
@@ -656,27 +670,71 @@ fn flash_attn_api_matches_the_unfused_cpu_computation() {
                 assert_eq!(got.dims(), &[b, sq, hq, d]);
                 assert_eq!(got.dtype(), dtype);
                 let diff = max_abs_diff(&got, &want);
-                assert!(diff < attn_tol(dtype), "{dtype:?} {what} {:?}: {diff}", (b, sq, sk, hq, hkv, d));
+                assert!(
+                    diff < attn_tol(dtype),
+                    "{dtype:?} {what} {:?}: {diff}",
+                    (b, sq, sk, hq, hkv, d)
+                );
             }
         }
         // Varlen: two sequences packed, against each one alone.
         let (hq, hkv, d) = (4, 2, 64);
         let lens = [(9usize, 20usize), (40, 40)];
-        let qs: Vec<Tensor> = lens.iter().enumerate().map(|(i, l)| rand_tensor(&[1, l.0, hq, d], 10 + i as u64, dtype, &dev)).collect();
-        let ks: Vec<Tensor> = lens.iter().enumerate().map(|(i, l)| rand_tensor(&[1, l.1, hkv, d], 20 + i as u64, dtype, &dev)).collect();
-        let vs: Vec<Tensor> = lens.iter().enumerate().map(|(i, l)| rand_tensor(&[1, l.1, hkv, d], 30 + i as u64, dtype, &dev)).collect();
-        let cat = |ts: &[Tensor]| Tensor::cat(&ts.iter().map(|t| t.squeeze(0).unwrap()).collect::<Vec<_>>(), 0).unwrap();
+        let qs: Vec<Tensor> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, l)| rand_tensor(&[1, l.0, hq, d], 10 + i as u64, dtype, &dev))
+            .collect();
+        let ks: Vec<Tensor> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, l)| rand_tensor(&[1, l.1, hkv, d], 20 + i as u64, dtype, &dev))
+            .collect();
+        let vs: Vec<Tensor> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, l)| rand_tensor(&[1, l.1, hkv, d], 30 + i as u64, dtype, &dev))
+            .collect();
+        let cat = |ts: &[Tensor]| {
+            Tensor::cat(
+                &ts.iter().map(|t| t.squeeze(0).unwrap()).collect::<Vec<_>>(),
+                0,
+            )
+            .unwrap()
+        };
         let seqlens_q = Tensor::new(&[0u32, 9, 49], &dev).unwrap();
         let seqlens_k = Tensor::new(&[0u32, 20, 60], &dev).unwrap();
         let scale = 0.125f32;
-        let out = flash_attn_varlen(&cat(&qs), &cat(&ks), &cat(&vs), &seqlens_q, &seqlens_k, 40, 40, scale, true).unwrap();
+        let out = flash_attn_varlen(
+            &cat(&qs),
+            &cat(&ks),
+            &cat(&vs),
+            &seqlens_q,
+            &seqlens_k,
+            40,
+            40,
+            scale,
+            true,
+        )
+        .unwrap();
         assert_eq!(out.dims(), &[49, hq, d]);
         let mut row = 0;
         for (i, l) in lens.iter().enumerate() {
-            let want = unfused_cpu(&qs[i], &ks[i], &vs[i], scale as f64, (None, Some(0)), None, None);
+            let want = unfused_cpu(
+                &qs[i],
+                &ks[i],
+                &vs[i],
+                scale as f64,
+                (None, Some(0)),
+                None,
+                None,
+            );
             let got = out.narrow(0, row, l.0).unwrap().unsqueeze(0).unwrap();
             let diff = max_abs_diff(&got, &want);
-            assert!(diff < attn_tol(dtype), "{dtype:?} varlen sequence {i}: {diff}");
+            assert!(
+                diff < attn_tol(dtype),
+                "{dtype:?} varlen sequence {i}: {diff}"
+            );
             row += l.0;
         }
     }
@@ -703,12 +761,31 @@ fn sdpa_runs_fused_on_rocm() {
         let got = candle_nn::ops::sdpa(&q, &k, &v, Some(&mask), true, scale as f32, 1.0).unwrap();
         assert_eq!(got.dims(), &[b, hq, sq, d]);
         let mask_full = mask.broadcast_as((b, hq, sq, sk)).unwrap();
-        let want = unfused_cpu(&bshd(&q), &bshd(&k), &bshd(&v), scale, (None, Some(0)), None, Some(&mask_full));
+        let want = unfused_cpu(
+            &bshd(&q),
+            &bshd(&k),
+            &bshd(&v),
+            scale,
+            (None, Some(0)),
+            None,
+            Some(&mask_full),
+        );
         let diff = max_abs_diff(&bshd(&got), &want);
-        assert!(diff < attn_tol(dtype), "{dtype:?} sdpa causal + mask: {diff}");
+        assert!(
+            diff < attn_tol(dtype),
+            "{dtype:?} sdpa causal + mask: {diff}"
+        );
         // Softcapping (candle-nn's convention: 1.0 is off).
         let got = candle_nn::ops::sdpa(&q, &k, &v, None, false, 1.0, 4.0).unwrap();
-        let want = unfused_cpu(&bshd(&q), &bshd(&k), &bshd(&v), 1.0, (None, None), Some(4.0), None);
+        let want = unfused_cpu(
+            &bshd(&q),
+            &bshd(&k),
+            &bshd(&v),
+            1.0,
+            (None, None),
+            Some(4.0),
+            None,
+        );
         let diff = max_abs_diff(&bshd(&got), &want);
         assert!(diff < attn_tol(dtype), "{dtype:?} sdpa softcap: {diff}");
     }
@@ -737,7 +814,10 @@ fn llama_with_fused_attention_matches_unfused() {
         .zip(&b.logits)
         .map(|(x, y)| max_abs_diff(x, y))
         .fold(0f32, f32::max);
-    println!("llama fused attention: tokens {:?}, largest logit difference {worst:.3e}", b.tokens);
+    println!(
+        "llama fused attention: tokens {:?}, largest logit difference {worst:.3e}",
+        b.tokens
+    );
     assert_eq!(a.tokens, b.tokens);
     assert!(worst < 1e-2, "{worst}");
 
@@ -749,7 +829,10 @@ fn llama_with_fused_attention_matches_unfused() {
     };
     let weights = llama::random_weights(&long, &dev, 7).unwrap();
     let tokens: Vec<u32> = (0..2048u32).map(|i| (i * 7919 + 13) % 32000).collect();
-    let ids = Tensor::new(tokens.as_slice(), &dev).unwrap().unsqueeze(0).unwrap();
+    let ids = Tensor::new(tokens.as_slice(), &dev)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
     let mut logits = Vec::new();
     for flash in [false, true] {
         let c = candle_transformers::models::llama::Config {
@@ -770,6 +853,8 @@ fn llama_with_fused_attention_matches_unfused() {
         .unwrap()
         .to_scalar::<f32>()
         .unwrap();
-    println!("llama prefill 2048 bf16: largest logit difference {diff:.3e} (largest logit {scale:.3})");
+    println!(
+        "llama prefill 2048 bf16: largest logit difference {diff:.3e} (largest logit {scale:.3})"
+    );
     assert!(diff <= 0.05 * scale.max(1.0), "{diff} vs {scale}");
 }
