@@ -20,9 +20,9 @@
 //! broadcast, peer copies) and refused by the reductions.
 
 use candle_core::backend::{BackendDevice, BackendStorage};
-use candle_core::{Layout, Result};
 #[cfg(feature = "rccl")]
 use candle_core::{DType, Shape};
+use candle_core::{Layout, Result};
 
 use crate::device::RocmDevice;
 use crate::error::hip_err;
