@@ -9,9 +9,10 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout, Result, Shape};
+use half::{bf16, f16};
 use hip_core::{DeviceBuffer, DeviceSlice};
 use rocm_kernels::attention::{
-    self as kernels, AttnInput, AttnMask, AttnOptions, AttnOutput, AttnShape, Varlen,
+    self as kernels, AttnInput, AttnMask, AttnOutput, AttnShape, Varlen,
 };
 use rocm_kernels::KernelDType;
 
@@ -19,7 +20,8 @@ use crate::device::RocmDevice;
 use crate::error::{hip_err, kernel_err, RocmError};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
-pub use rocm_kernels::attention::HEAD_DIMS;
+/// Scale, softcap and window (rocm-kernels' options, used as they are).
+pub use rocm_kernels::attention::{AttnOptions, HEAD_DIMS};
 
 /// The memory order of 4-D attention operands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,19 +33,11 @@ pub enum AttnLayout {
 }
 
 impl AttnLayout {
-    /// The (batch, seq, head) dims of a 4-D shape in this order.
+    /// The (batch, seq, head) entries of a 4-D list of dims or strides in this order.
     fn bsh(self, dims: &[usize]) -> [usize; 3] {
         match self {
             AttnLayout::Bshd => [dims[0], dims[1], dims[2]],
             AttnLayout::Bhsd => [dims[0], dims[2], dims[1]],
-        }
-    }
-
-    /// The (batch, seq, head) strides of a 4-D stride list in this order.
-    fn bsh_strides(self, s: &[usize]) -> [usize; 3] {
-        match self {
-            AttnLayout::Bshd => [s[0], s[1], s[2]],
-            AttnLayout::Bhsd => [s[0], s[2], s[1]],
         }
     }
 
@@ -56,28 +50,32 @@ impl AttnLayout {
     }
 }
 
-/// The attention options beyond the operands.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttnParams {
-    /// Multiplies `q k^T`.
-    pub scale: f32,
-    /// Tanh logit softcap (`None`: off).
-    pub softcap: Option<f32>,
-    /// Keys at most this far left of the (bottom-right aligned) diagonal (`None`: all).
-    pub window_left: Option<usize>,
-    /// Keys at most this far right of the diagonal (`None`: all; causal is `Some(0)`).
-    pub window_right: Option<usize>,
+/// The storage dtypes the kernels take (f32, f16, bf16).
+trait AttnDType: KernelDType {
+    fn buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>>;
+    fn wrap(b: DeviceBuffer<Self>) -> RocmStorageSlice;
 }
 
-impl AttnParams {
-    fn options(&self) -> AttnOptions {
-        AttnOptions {
-            scale: self.scale,
-            softcap: self.softcap,
-            window_left: self.window_left,
-            window_right: self.window_right,
+macro_rules! attn_dtype {
+    ($($t:ty => $v:ident),*) => {$(
+        impl AttnDType for $t {
+            fn buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>> {
+                match s {
+                    RocmStorageSlice::$v(b) => Some(b),
+                    _ => None,
+                }
+            }
+            fn wrap(b: DeviceBuffer<Self>) -> RocmStorageSlice {
+                RocmStorageSlice::$v(b)
+            }
         }
-    }
+    )*};
+}
+attn_dtype!(bf16 => BF16, f16 => F16, f32 => F32);
+
+/// The buffer of `s`, which must hold `T`.
+fn typed<'a, T: AttnDType>(op: &str, s: &'a RocmStorage) -> Result<&'a DeviceBuffer<T>> {
+    T::buffer(s.as_slice()).ok_or_else(|| not_float(op, s.dtype()))
 }
 
 /// An operand's buffer: borrowed when its layout suits the kernels, else a contiguous copy.
@@ -154,28 +152,6 @@ fn operand<'a, T: KernelDType>(
     }
 }
 
-fn check_same_device(op: &str, a: &RocmStorage, b: &RocmStorage) -> Result<()> {
-    a.check_device(b, leak_op(op))?;
-    if a.dtype() != b.dtype() {
-        return Err(candle_core::Error::DTypeMismatchBinaryOp {
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-            op: leak_op(op),
-        }
-        .bt());
-    }
-    Ok(())
-}
-
-/// The op names used here, as `&'static str` (candle's errors take static names).
-fn leak_op(op: &str) -> &'static str {
-    match op {
-        "sdpa" => "sdpa",
-        "flash_attn_varlen" => "flash_attn_varlen",
-        _ => "flash_attn",
-    }
-}
-
 fn dims4(op: &str, what: &str, l: &Layout) -> Result<[usize; 4]> {
     match l.dims() {
         &[a, b, c, d] => Ok([a, b, c, d]),
@@ -208,18 +184,17 @@ fn not_float(op: &str, dtype: DType) -> candle_core::Error {
 /// Fused attention over fixed-length sequences in `order`: q `(b, sq, hq, d)` (or `(b, hq, sq,
 /// d)`), k and v `(b, sk, hkv, d)`; an optional additive mask (q's dtype) broadcastable to
 /// `(b, hq, sq, sk)`. Returns the contiguous output in q's order and shape.
-#[allow(clippy::too_many_arguments)]
 pub fn attention(
-    op: &str,
+    op: &'static str,
     order: AttnLayout,
     (q, ql): (&RocmStorage, &Layout),
     (k, kl): (&RocmStorage, &Layout),
     (v, vl): (&RocmStorage, &Layout),
     mask: Option<(&RocmStorage, &Layout)>,
-    params: &AttnParams,
+    options: &AttnOptions,
 ) -> Result<(RocmStorage, Shape)> {
-    check_same_device(op, q, k)?;
-    check_same_device(op, q, v)?;
+    q.check_operand(k, op)?;
+    q.check_operand(v, op)?;
     let (qd, kd, vd) = (
         dims4(op, "q", ql)?,
         dims4(op, "k", kl)?,
@@ -238,18 +213,10 @@ pub fn attention(
         )
         .into());
     }
-    let shape = AttnShape {
-        batch: b,
-        seq_q: sq,
-        seq_k: sk,
-        heads_q: hq,
-        heads_kv: hkv,
-        head_dim: d,
-    };
-    let mask_layout = match mask {
+    let mask = match mask {
         None => None,
         Some((m, ml)) => {
-            check_same_device(op, q, m)?;
+            q.check_operand(m, op)?;
             let full = Shape::from_dims(&[b, hq, sq, sk]);
             let bl = ml.broadcast_as(full.clone()).map_err(|_| {
                 candle_core::Error::from(RocmError::layout(
@@ -265,72 +232,91 @@ pub fn attention(
             Some((m, bl))
         }
     };
-    let dev = q.device().clone();
-    let out_shape = order.shape(b, sq, hq, d);
-    let out_strides = Layout::contiguous(&out_shape).stride().to_vec();
-    let n = out_shape.elem_count();
-    macro_rules! run {
-        ($variant:ident) => {{
-            let (
-                RocmStorageSlice::$variant(qb),
-                RocmStorageSlice::$variant(kb),
-                RocmStorageSlice::$variant(vb),
-            ) = (q.as_slice(), k.as_slice(), v.as_slice())
-            else {
-                return Err(not_float(op, q.dtype()));
-            };
-            let qo = operand(op, &dev, qb, ql)?;
-            let ko = operand(op, &dev, kb, kl)?;
-            let vo = operand(op, &dev, vb, vl)?;
-            let mask_arg = match &mask_layout {
-                None => None,
-                Some((m, bl)) => {
-                    let RocmStorageSlice::$variant(mb) = m.as_slice() else {
-                        return Err(not_float(op, m.dtype()));
-                    };
-                    let whole = mb.as_slice();
-                    let start = bl.start_offset();
-                    let data = whole.slice(start.min(whole.len())..).map_err(hip_err(op))?;
-                    let s = bl.stride();
-                    Some(AttnMask {
-                        data,
-                        strides: [s[0], s[1], s[2], s[3]],
-                    })
-                }
-            };
-            let mut out = dev.alloc(op, n)?;
-            let mut out_slice = out.as_mut_slice();
-            kernels::attention(
-                dev.stream(),
-                &shape,
-                &params.options(),
-                qo.input(|s| order.bsh_strides(s)),
-                ko.input(|s| order.bsh_strides(s)),
-                vo.input(|s| order.bsh_strides(s)),
-                mask_arg,
-                AttnOutput {
-                    data: &mut out_slice,
-                    strides: order.bsh_strides(&out_strides),
-                },
-            )
-            .map_err(kernel_err(op))?;
-            RocmStorageSlice::$variant(out)
-        }};
-    }
+    let problem = Fixed {
+        op,
+        order,
+        shape: AttnShape {
+            batch: b,
+            seq_q: sq,
+            seq_k: sk,
+            heads_q: hq,
+            heads_kv: hkv,
+            head_dim: d,
+        },
+        options,
+        q: (q, ql),
+        k: (k, kl),
+        v: (v, vl),
+        mask,
+    };
     let slice = match q.dtype() {
-        DType::BF16 => run!(BF16),
-        DType::F16 => run!(F16),
-        DType::F32 => run!(F32),
+        DType::BF16 => problem.run::<bf16>()?,
+        DType::F16 => problem.run::<f16>()?,
+        DType::F32 => problem.run::<f32>()?,
         other => return Err(not_float(op, other)),
     };
-    Ok((RocmStorage::new(slice, dev), out_shape))
+    Ok((
+        RocmStorage::new(slice, q.device().clone()),
+        order.shape(b, sq, hq, d),
+    ))
+}
+
+/// A validated fixed-length problem.
+struct Fixed<'a> {
+    op: &'static str,
+    order: AttnLayout,
+    shape: AttnShape,
+    options: &'a AttnOptions,
+    q: (&'a RocmStorage, &'a Layout),
+    k: (&'a RocmStorage, &'a Layout),
+    v: (&'a RocmStorage, &'a Layout),
+    /// The mask and its layout broadcast to (b, hq, sq, sk).
+    mask: Option<(&'a RocmStorage, Layout)>,
+}
+
+impl Fixed<'_> {
+    fn run<T: AttnDType>(&self) -> Result<RocmStorageSlice> {
+        let (op, order, sh) = (self.op, self.order, &self.shape);
+        let dev = self.q.0.device();
+        let qo = operand(op, dev, typed::<T>(op, self.q.0)?, self.q.1)?;
+        let ko = operand(op, dev, typed::<T>(op, self.k.0)?, self.k.1)?;
+        let vo = operand(op, dev, typed::<T>(op, self.v.0)?, self.v.1)?;
+        let mask = match &self.mask {
+            None => None,
+            Some((m, bl)) => {
+                let whole = typed::<T>(op, m)?.as_slice();
+                let start = bl.start_offset().min(whole.len());
+                let s = bl.stride();
+                Some(AttnMask {
+                    data: whole.slice(start..).map_err(hip_err(op))?,
+                    strides: [s[0], s[1], s[2], s[3]],
+                })
+            }
+        };
+        let out_shape = order.shape(sh.batch, sh.seq_q, sh.heads_q, sh.head_dim);
+        let mut out = dev.alloc::<T>(op, out_shape.elem_count())?;
+        kernels::attention(
+            dev.stream(),
+            sh,
+            self.options,
+            qo.input(|s| order.bsh(s)),
+            ko.input(|s| order.bsh(s)),
+            vo.input(|s| order.bsh(s)),
+            mask,
+            AttnOutput {
+                data: &mut out.as_mut_slice(),
+                strides: order.bsh(Layout::contiguous(&out_shape).stride()),
+            },
+        )
+        .map_err(kernel_err(op))?;
+        Ok(T::wrap(out))
+    }
 }
 
 /// Fused attention over a variable-length batch: q `(total_q, hq, d)`, k and v `(total_k, hkv,
 /// d)`, `seqlens_q`/`seqlens_k` u32 cumulative offsets (`batch + 1` each, read on the device: bad
 /// offsets are a typed error at the next host read or synchronisation). `max_seqlen_q`/`_k` size
 /// the launch (longer sequences are still computed whole). Returns `(total_q, hq, d)`.
-#[allow(clippy::too_many_arguments)]
 pub fn attention_varlen(
     (q, ql): (&RocmStorage, &Layout),
     (k, kl): (&RocmStorage, &Layout),
@@ -338,13 +324,13 @@ pub fn attention_varlen(
     (cu_q, cu_ql): (&RocmStorage, &Layout),
     (cu_k, cu_kl): (&RocmStorage, &Layout),
     (max_seqlen_q, max_seqlen_k): (usize, usize),
-    params: &AttnParams,
+    options: &AttnOptions,
 ) -> Result<(RocmStorage, Shape)> {
     let op = "flash_attn_varlen";
-    check_same_device(op, q, k)?;
-    check_same_device(op, q, v)?;
-    q.check_device(cu_q, leak_op(op))?;
-    q.check_device(cu_k, leak_op(op))?;
+    q.check_operand(k, op)?;
+    q.check_operand(v, op)?;
+    q.check_device(cu_q, op)?;
+    q.check_device(cu_k, op)?;
     let (qd, kd, vd) = (
         dims3(op, "q", ql)?,
         dims3(op, "k", kl)?,
@@ -374,67 +360,80 @@ pub fn attention_varlen(
         )
         .into());
     }
-    let shape = AttnShape {
-        batch: cq.len() - 1,
-        seq_q: max_seqlen_q,
-        seq_k: max_seqlen_k,
-        heads_q: hq,
-        heads_kv: hkv,
-        head_dim: d,
+    let problem = Packed {
+        shape: AttnShape {
+            batch: cq.len() - 1,
+            seq_q: max_seqlen_q,
+            seq_k: max_seqlen_k,
+            heads_q: hq,
+            heads_kv: hkv,
+            head_dim: d,
+        },
+        options,
+        q: (q, ql),
+        k: (k, kl),
+        v: (v, vl),
+        offsets: Varlen {
+            cu_q: cq,
+            cu_k: ck,
+            total_q: tq,
+            total_k: tk,
+        },
     };
-    let dev = q.device().clone();
-    let flag = dev.index_flag()?;
-    let out_shape = Shape::from_dims(&[tq, hq, d]);
-    let n = out_shape.elem_count();
-    let packed = |s: &[usize]| [0, s[0], s[1]];
-    macro_rules! run {
-        ($variant:ident) => {{
-            let (
-                RocmStorageSlice::$variant(qb),
-                RocmStorageSlice::$variant(kb),
-                RocmStorageSlice::$variant(vb),
-            ) = (q.as_slice(), k.as_slice(), v.as_slice())
-            else {
-                return Err(not_float(op, q.dtype()));
-            };
-            let qo = operand(op, &dev, qb, ql)?;
-            let ko = operand(op, &dev, kb, kl)?;
-            let vo = operand(op, &dev, vb, vl)?;
-            let mut out = dev.alloc(op, n)?;
-            let mut out_slice = out.as_mut_slice();
-            kernels::attention_varlen(
-                dev.stream(),
-                &shape,
-                &params.options(),
-                qo.input(packed),
-                ko.input(packed),
-                vo.input(packed),
-                Varlen {
-                    cu_q: cq,
-                    cu_k: ck,
-                    total_q: tq,
-                    total_k: tk,
-                },
-                AttnOutput {
-                    data: &mut out_slice,
-                    strides: [0, hq * d, d],
-                },
-                flag,
-            )
-            .map_err(kernel_err(op))?;
-            RocmStorageSlice::$variant(out)
-        }};
-    }
     let slice = match q.dtype() {
-        DType::BF16 => run!(BF16),
-        DType::F16 => run!(F16),
-        DType::F32 => run!(F32),
+        DType::BF16 => problem.run::<bf16>()?,
+        DType::F16 => problem.run::<f16>()?,
+        DType::F32 => problem.run::<f32>()?,
         other => return Err(not_float(op, other)),
     };
-    Ok((RocmStorage::new(slice, dev), out_shape))
+    Ok((
+        RocmStorage::new(slice, q.device().clone()),
+        Shape::from_dims(&[tq, hq, d]),
+    ))
 }
 
-/// The u32 cumulative offsets of a varlen batch: a contiguous 1-D tensor.
+/// A validated variable-length problem.
+struct Packed<'a> {
+    shape: AttnShape,
+    options: &'a AttnOptions,
+    q: (&'a RocmStorage, &'a Layout),
+    k: (&'a RocmStorage, &'a Layout),
+    v: (&'a RocmStorage, &'a Layout),
+    offsets: Varlen<'a>,
+}
+
+impl Packed<'_> {
+    fn run<T: AttnDType>(&self) -> Result<RocmStorageSlice> {
+        let op = "flash_attn_varlen";
+        let dev = self.q.0.device();
+        let flag = dev.index_flag()?;
+        // (tokens, heads, d): no batch dim, sequences are packed along the tokens.
+        let packed = |s: &[usize]| [0, s[0], s[1]];
+        let qo = operand(op, dev, typed::<T>(op, self.q.0)?, self.q.1)?;
+        let ko = operand(op, dev, typed::<T>(op, self.k.0)?, self.k.1)?;
+        let vo = operand(op, dev, typed::<T>(op, self.v.0)?, self.v.1)?;
+        let (hq, d) = (self.shape.heads_q, self.shape.head_dim);
+        let mut out = dev.alloc::<T>(op, self.offsets.total_q * hq * d)?;
+        kernels::attention_varlen(
+            dev.stream(),
+            &self.shape,
+            self.options,
+            qo.input(packed),
+            ko.input(packed),
+            vo.input(packed),
+            self.offsets,
+            AttnOutput {
+                data: &mut out.as_mut_slice(),
+                strides: [0, hq * d, d],
+            },
+            flag,
+        )
+        .map_err(kernel_err(op))?;
+        Ok(T::wrap(out))
+    }
+}
+
+/// The u32 cumulative offsets of a varlen batch: a contiguous 1-D tensor, read in place.
 fn offsets<'a>(
     op: &str,
     s: &'a RocmStorage,
@@ -444,20 +443,12 @@ fn offsets<'a>(
     let RocmStorageSlice::U32(buf) = s.as_slice() else {
         return Err(RocmError::unsupported(op, s.dtype(), "sequence offsets must be u32").into());
     };
-    if l.dims().len() != 1 || !l.is_contiguous() {
+    if l.dims().len() != 1 {
         return Err(RocmError::layout(
             op,
-            format!(
-                "{what} must be a contiguous 1-D u32 tensor, got shape {:?}",
-                l.dims()
-            ),
+            format!("{what} must be a 1-D u32 tensor, got shape {:?}", l.dims()),
         )
         .into());
     }
-    let start = l.start_offset();
-    let n = l.dims()[0];
-    if start + n > buf.len() {
-        return Err(RocmError::layout(op, format!("{what} reaches past its buffer")).into());
-    }
-    buf.slice(start..start + n).map_err(hip_err(op))
+    crate::fused::contiguous(op, buf, l)
 }

@@ -131,6 +131,23 @@ mod comm {
         device: RocmDevice,
     }
 
+    /// Runs `$call` with `$s`, elements `$start .. $start + $len` of `$from`'s buffer, and `$d`,
+    /// all of `$out`'s buffer, for the listed dtypes (both storages have `$from`'s); any other
+    /// dtype is `$err`.
+    macro_rules! src_dst {
+        ($op:expr, $from:expr, $out:expr, ($start:expr, $len:expr), $err:expr,
+         |$s:ident, $d:ident| $call:expr; $($v:ident),*) => {
+            match ($from.as_slice(), $out.as_slice_mut()) {
+                $((RocmStorageSlice::$v(src), RocmStorageSlice::$v(dst)) => {
+                    let $s = src.slice($start..$start + $len).map_err(hip_err($op))?;
+                    let mut $d = dst.as_mut_slice();
+                    $call
+                })*
+                _ => return Err($err),
+            }
+        };
+    }
+
     impl RocmComm {
         /// Rank `rank` of `nranks` on `device` ([`Comm::init_rank`]; waits for the other ranks
         /// at most `config.timeout`).
@@ -217,18 +234,16 @@ mod comm {
             let from = tmp.as_ref().unwrap_or(src);
             // SAFETY: the all-reduce below writes every element.
             let mut out = unsafe { self.device.alloc_uninit(&Shape::from(len), src.dtype()) }?;
-            macro_rules! run {
-                ($($v:ident),*) => {
-                    match (from.as_slice(), out.as_slice_mut()) {
-                        $((RocmStorageSlice::$v(s), RocmStorageSlice::$v(d)) => {
-                            let s = s.slice(start..start + len).map_err(hip_err(OP))?;
-                            self.comm.all_reduce(&s, &mut d.as_mut_slice(), op)
-                        })*
-                        _ => return Err(no_reduction(OP, src.dtype())),
-                    }
-                };
-            }
-            run!(U8, U32, I32, I64, BF16, F16, F32, F64).map_err(nccl_err(OP))?;
+            src_dst!(
+                OP,
+                from,
+                out,
+                (start, len),
+                no_reduction(OP, src.dtype()),
+                |s, d| self.comm.all_reduce(&s, &mut d, op);
+                U8, U32, I32, I64, BF16, F16, F32, F64
+            )
+            .map_err(nccl_err(OP))?;
             Ok(out)
         }
 
@@ -274,18 +289,16 @@ mod comm {
             let total = len * self.nranks();
             // SAFETY: the all-gather below writes every element.
             let mut out = unsafe { self.device.alloc_uninit(&Shape::from(total), src.dtype()) }?;
-            macro_rules! run {
-                ($($v:ident),*) => {
-                    match (from.as_slice(), out.as_slice_mut()) {
-                        $((RocmStorageSlice::$v(s), RocmStorageSlice::$v(d)) => {
-                            let s = s.slice(start..start + len).map_err(hip_err(OP))?;
-                            self.comm.all_gather(&s, &mut d.as_mut_slice())
-                        })*
-                        _ => return Err(no_type(OP, src.dtype())),
-                    }
-                };
-            }
-            run!(U8, U32, I32, I64, BF16, F16, F32, F64, F8E4M3).map_err(nccl_err(OP))?;
+            src_dst!(
+                OP,
+                from,
+                out,
+                (start, len),
+                no_type(OP, src.dtype()),
+                |s, d| self.comm.all_gather(&s, &mut d);
+                U8, U32, I32, I64, BF16, F16, F32, F64, F8E4M3
+            )
+            .map_err(nccl_err(OP))?;
             Ok(out)
         }
 
@@ -316,18 +329,16 @@ mod comm {
             let block = len / self.nranks();
             // SAFETY: the reduce-scatter below writes every element.
             let mut out = unsafe { self.device.alloc_uninit(&Shape::from(block), src.dtype()) }?;
-            macro_rules! run {
-                ($($v:ident),*) => {
-                    match (from.as_slice(), out.as_slice_mut()) {
-                        $((RocmStorageSlice::$v(s), RocmStorageSlice::$v(d)) => {
-                            let s = s.slice(start..start + len).map_err(hip_err(OP))?;
-                            self.comm.reduce_scatter(&s, &mut d.as_mut_slice(), op)
-                        })*
-                        _ => return Err(no_reduction(OP, src.dtype())),
-                    }
-                };
-            }
-            run!(U8, U32, I32, I64, BF16, F16, F32, F64).map_err(nccl_err(OP))?;
+            src_dst!(
+                OP,
+                from,
+                out,
+                (start, len),
+                no_reduction(OP, src.dtype()),
+                |s, d| self.comm.reduce_scatter(&s, &mut d, op);
+                U8, U32, I32, I64, BF16, F16, F32, F64
+            )
+            .map_err(nccl_err(OP))?;
             Ok(out)
         }
 

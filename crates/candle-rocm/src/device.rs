@@ -167,19 +167,7 @@ impl RocmDevice {
         else {
             return Ok(());
         };
-        if e.op == rocm_kernels::indexing::IndexOp::AttentionSeqlens {
-            // Not an index into a dim: the offsets' own message.
-            return Err(RocmError::kernel(e.op.name(), e.to_error()).into());
-        }
-        match (usize::try_from(e.index), usize::try_from(e.size)) {
-            (Ok(index), Ok(size)) => Err(candle_core::Error::InvalidIndex {
-                op: e.op.name(),
-                index,
-                size,
-            }
-            .bt()),
-            _ => Err(RocmError::kernel(e.op.name(), e.to_error()).into()),
-        }
+        Err(crate::error::index_error(e))
     }
 
     /// Fills a new buffer of `n` elements with `fill(stream, dst, seed, offset)`, advancing the

@@ -203,6 +203,25 @@ pub(crate) fn kernel_err(op: &str) -> impl FnOnce(rocm_kernels::Error) -> candle
     move |e| RocmError::kernel(op, e).into()
 }
 
+/// A device-recorded index error as candle reports one: [`candle_core::Error::InvalidIndex`]
+/// `{ op, index, size }` for an index into a dim; a [`RocmError`] with the kernels' own message
+/// for a negative index (which `InvalidIndex`'s `usize` cannot hold) and for records that are not
+/// an index into a dim (varlen attention's cumulative offsets).
+pub(crate) fn index_error(e: rocm_kernels::indexing::IndexError) -> candle_core::Error {
+    use rocm_kernels::indexing::IndexOp;
+    match (e.op, usize::try_from(e.index), usize::try_from(e.size)) {
+        (IndexOp::AttentionSeqlens, _, _) | (_, Err(_), _) | (_, _, Err(_)) => {
+            RocmError::kernel(e.op.name(), e.to_error()).into()
+        }
+        (_, Ok(index), Ok(size)) => candle_core::Error::InvalidIndex {
+            op: e.op.name(),
+            index,
+            size,
+        }
+        .bt(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

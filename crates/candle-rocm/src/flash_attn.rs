@@ -15,22 +15,9 @@
 use candle_core::ext::ExtStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Storage, Tensor};
 
-use crate::attention::{attention, attention_varlen, AttnLayout, AttnParams};
+use crate::attention::{attention, attention_varlen, AttnLayout, AttnOptions};
 use crate::error::RocmError;
-use crate::storage::RocmStorage;
-
-fn rocm<'a>(op: &str, s: &'a ExtStorage) -> Result<&'a RocmStorage> {
-    s.downcast_ref::<RocmStorage>().ok_or_else(|| {
-        RocmError::layout(
-            op,
-            format!(
-                "the operand is on {:?}, not on a ROCm device",
-                s.device().location()
-            ),
-        )
-        .into()
-    })
-}
+use crate::tensor::rocm_operand;
 
 fn no_cpu(op: &str) -> candle_core::Error {
     RocmError::layout(
@@ -41,7 +28,7 @@ fn no_cpu(op: &str) -> candle_core::Error {
 }
 
 struct FlashAttn {
-    params: AttnParams,
+    options: AttnOptions,
 }
 
 impl CustomOp3 for FlashAttn {
@@ -74,18 +61,18 @@ impl CustomOp3 for FlashAttn {
         let (out, shape) = attention(
             op,
             AttnLayout::Bshd,
-            (rocm(op, q)?, ql),
-            (rocm(op, k)?, kl),
-            (rocm(op, v)?, vl),
+            (rocm_operand(op, q)?, ql),
+            (rocm_operand(op, k)?, kl),
+            (rocm_operand(op, v)?, vl),
             None,
-            &self.params,
+            &self.options,
         )?;
         Ok((ExtStorage::new(out), shape))
     }
 }
 
 struct FlashAttnVarLen {
-    params: AttnParams,
+    options: AttnOptions,
     seqlens_q: Tensor,
     seqlens_k: Tensor,
     max_seqlen_q: usize,
@@ -129,13 +116,13 @@ impl CustomOp3 for FlashAttnVarLen {
             .into());
         };
         let (out, shape) = attention_varlen(
-            (rocm(op, q)?, ql),
-            (rocm(op, k)?, kl),
-            (rocm(op, v)?, vl),
-            (rocm(op, sq)?, sql),
-            (rocm(op, sk)?, skl),
+            (rocm_operand(op, q)?, ql),
+            (rocm_operand(op, k)?, kl),
+            (rocm_operand(op, v)?, vl),
+            (rocm_operand(op, sq)?, sql),
+            (rocm_operand(op, sk)?, skl),
             (self.max_seqlen_q, self.max_seqlen_k),
-            &self.params,
+            &self.options,
         )?;
         Ok((ExtStorage::new(out), shape))
     }
@@ -186,7 +173,7 @@ pub fn flash_attn_windowed_softcap(
     softcap: f32,
 ) -> Result<Tensor> {
     let op = FlashAttn {
-        params: AttnParams {
+        options: AttnOptions {
             scale: softmax_scale,
             softcap: (softcap > 0.0).then_some(softcap),
             window_left: window_size_left,
@@ -238,7 +225,7 @@ pub fn flash_attn_varlen_windowed(
     window_size_right: Option<usize>,
 ) -> Result<Tensor> {
     let op = FlashAttnVarLen {
-        params: AttnParams {
+        options: AttnOptions {
             scale: softmax_scale,
             softcap: None,
             window_left: window_size_left,

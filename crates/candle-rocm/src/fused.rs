@@ -15,7 +15,7 @@ use crate::error::{hip_err, kernel_err, RocmError};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// The contiguous elements of `layout` in `buf`.
-fn contiguous<'a, T: KernelDType>(
+pub(crate) fn contiguous<'a, T: KernelDType>(
     op: &str,
     buf: &'a DeviceBuffer<T>,
     layout: &Layout,

@@ -54,7 +54,7 @@ impl ExtBackendDevice for RocmDevice {
 }
 
 /// The [`RocmStorage`] behind an ext storage, or a device-mismatch error naming `op`.
-fn rocm_operand<'a>(op: &str, s: &'a ExtStorage) -> Result<&'a RocmStorage> {
+pub(crate) fn rocm_operand<'a>(op: &str, s: &'a ExtStorage) -> Result<&'a RocmStorage> {
     s.downcast_ref::<RocmStorage>().ok_or_else(|| {
         RocmError::layout(
             op,
@@ -211,7 +211,7 @@ impl ExtBackendStorage for RocmStorage {
                 softcapping,
                 causal,
             } => {
-                let params = crate::attention::AttnParams {
+                let options = crate::attention::AttnOptions {
                     scale,
                     // candle-nn's convention: 1.0 is no softcapping.
                     softcap: (softcapping != 1.0).then_some(softcapping),
@@ -226,7 +226,7 @@ impl ExtBackendStorage for RocmStorage {
                     operand(1)?,
                     operand(2)?,
                     mask,
-                    &params,
+                    &options,
                 );
             }
             // `FusedOp` is non-exhaustive: an op added to Candle later is a typed error here.

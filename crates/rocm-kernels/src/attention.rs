@@ -17,11 +17,13 @@
 
 use hip_core::{DeviceSlice, DeviceSliceMut, KernelArg, KernelArgs, LaunchConfig, NullPtr, Stream};
 
-use crate::dtype::KernelDType;
-use crate::elementwise::{function, layout_err, unsupported};
+use crate::dtype::{check_float, KernelDType};
+use crate::elementwise::{check_operand, function, layout_err};
 use crate::error::Result;
 use crate::indexing::IndexErrorFlag;
 
+/// Why other dtypes are refused.
+const FLOAT_REASON: &str = "fused attention takes f32, f16 or bf16 (f32 arithmetic)";
 /// The kernel module.
 const MODULE: &str = "attention";
 /// Threads per block of every attention kernel.
@@ -185,60 +187,65 @@ fn to_i64(op: &str, what: &str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| layout_err(op, format!("{what} = {v} does not fit in i64")))
 }
 
-/// Checks one operand: 16-byte aligned base and strides, and every element it addresses inside
-/// its slice. `dims` are (batch, rows, heads); `dims[0]` is 1 for packed varlen operands.
-#[allow(clippy::too_many_arguments)]
-fn check_operand(
-    op: &str,
-    what: &str,
+/// One operand as the checks see it: its slice, strides over (batch, rows, heads) and extent.
+struct Extent {
+    what: &'static str,
     ptr: hip_core::DevicePtr,
     len: usize,
-    elem_bytes: usize,
     strides: [usize; 3],
-    dims: [usize; 3],
-    head_dim: usize,
-) -> Result<()> {
-    let vec = 16 / elem_bytes;
-    if ptr.0 % 16 != 0 || strides.iter().any(|s| s % vec != 0) {
-        return Err(layout_err(
-            op,
-            format!(
-                "{what} must start 16-byte aligned with strides that are multiples of {vec} \
-                 elements, got strides {strides:?} (make it contiguous first)"
-            ),
-        ));
-    }
-    if dims.contains(&0) {
-        return Ok(());
-    }
-    let mut last = head_dim - 1;
-    for (s, d) in strides.iter().zip(dims) {
-        last = (d - 1)
-            .checked_mul(*s)
-            .and_then(|x| x.checked_add(last))
-            .ok_or_else(|| layout_err(op, format!("{what}: the strides overflow")))?;
-    }
-    if last >= len {
-        return Err(layout_err(
-            op,
-            format!(
-                "{what} of (batch, rows, heads) {dims:?} x {head_dim} with strides {strides:?} \
-                 reaches element {last} of a {len}-element slice"
-            ),
-        ));
-    }
-    Ok(())
+    rows: usize,
+    heads: usize,
 }
 
-fn check_float<T: KernelDType>(op: &str) -> Result<()> {
-    match T::NAME {
-        "f32" | "f16" | "bf16" => Ok(()),
-        other => Err(unsupported(
+impl Extent {
+    /// Checks a 16-byte aligned base and strides and that every element of `batch` x rows x
+    /// heads x `head_dim` lies inside the slice; returns the strides as the kernels take them.
+    fn check(
+        &self,
+        op: &str,
+        batch: usize,
+        elem_bytes: usize,
+        head_dim: usize,
+    ) -> Result<[i64; 3]> {
+        let (what, strides) = (self.what, self.strides);
+        let vec = 16 / elem_bytes;
+        if self.ptr.0 % 16 != 0 || strides.iter().any(|s| s % vec != 0) {
+            return Err(layout_err(
+                op,
+                format!(
+                    "{what} must start 16-byte aligned with strides that are multiples of {vec} \
+                     elements, got strides {strides:?} (make it contiguous first)"
+                ),
+            ));
+        }
+        check_operand(
             op,
-            other,
-            "fused attention takes f32, f16 or bf16 (f32 arithmetic)",
-        )),
+            what,
+            &[batch, self.rows, self.heads, head_dim],
+            &[strides[0], strides[1], strides[2], 1],
+            self.len,
+        )?;
+        Ok([
+            to_i64(op, "stride", strides[0])?,
+            to_i64(op, "stride", strides[1])?,
+            to_i64(op, "stride", strides[2])?,
+        ])
     }
+}
+
+/// [`Extent::check`] of q, k, v and the output, in that order.
+fn check_operands(
+    op: &str,
+    batch: usize,
+    elem_bytes: usize,
+    head_dim: usize,
+    extents: [Extent; 4],
+) -> Result<[[i64; 3]; 4]> {
+    let mut strides = [[0i64; 3]; 4];
+    for (s, e) in strides.iter_mut().zip(extents) {
+        *s = e.check(op, batch, elem_bytes, head_dim)?;
+    }
+    Ok(strides)
 }
 
 /// Validates the problem (everything but the operands' extents) and builds the parameters.
@@ -295,14 +302,6 @@ fn params(op: &str, shape: &AttnShape, opts: &AttnOptions) -> Result<Params> {
     })
 }
 
-fn strides_i64(op: &str, s: [usize; 3]) -> Result<[i64; 3]> {
-    Ok([
-        to_i64(op, "stride", s[0])?,
-        to_i64(op, "stride", s[1])?,
-        to_i64(op, "stride", s[2])?,
-    ])
-}
-
 fn grid_dim(op: &str, what: &str, v: usize, max: usize) -> Result<u32> {
     if v > max {
         return Err(layout_err(
@@ -329,84 +328,71 @@ pub fn attention<T: KernelDType>(
     out: AttnOutput<'_, '_, T>,
 ) -> Result<()> {
     let op = "flash_attn";
-    check_float::<T>(op)?;
+    check_float::<T>(op, FLOAT_REASON)?;
     let mut p = params(op, shape, opts)?;
     let es = std::mem::size_of::<T>();
     let d = shape.head_dim;
     let (b, sq, sk) = (shape.batch, shape.seq_q, shape.seq_k);
-    check_operand(
+    let ext = |what, ptr, len, strides, rows, heads| Extent {
+        what,
+        ptr,
+        len,
+        strides,
+        rows,
+        heads,
+    };
+    [p.q, p.k, p.v, p.o] = check_operands(
         op,
-        "q",
-        q.data.device_ptr(),
-        q.data.len(),
+        b,
         es,
-        q.strides,
-        [b, sq, shape.heads_q],
         d,
-    )?;
-    check_operand(
-        op,
-        "k",
-        k.data.device_ptr(),
-        k.data.len(),
-        es,
-        k.strides,
-        [b, sk, shape.heads_kv],
-        d,
-    )?;
-    check_operand(
-        op,
-        "v",
-        v.data.device_ptr(),
-        v.data.len(),
-        es,
-        v.strides,
-        [b, sk, shape.heads_kv],
-        d,
-    )?;
-    check_operand(
-        op,
-        "the output",
-        out.data.device_ptr(),
-        out.data.len(),
-        es,
-        out.strides,
-        [b, sq, shape.heads_q],
-        d,
+        [
+            ext(
+                "q",
+                q.data.device_ptr(),
+                q.data.len(),
+                q.strides,
+                sq,
+                shape.heads_q,
+            ),
+            ext(
+                "k",
+                k.data.device_ptr(),
+                k.data.len(),
+                k.strides,
+                sk,
+                shape.heads_kv,
+            ),
+            ext(
+                "v",
+                v.data.device_ptr(),
+                v.data.len(),
+                v.strides,
+                sk,
+                shape.heads_kv,
+            ),
+            ext(
+                "the output",
+                out.data.device_ptr(),
+                out.data.len(),
+                out.strides,
+                sq,
+                shape.heads_q,
+            ),
+        ],
     )?;
     if let Some(m) = &mask {
-        let dims = [b, shape.heads_q, sq, sk];
-        if !dims.contains(&0) {
-            let mut last = 0usize;
-            for (s, n) in m.strides.iter().zip(dims) {
-                last = (n - 1)
-                    .checked_mul(*s)
-                    .and_then(|x| x.checked_add(last))
-                    .ok_or_else(|| layout_err(op, "the mask's strides overflow"))?;
-            }
-            if last >= m.data.len() {
-                return Err(layout_err(
-                    op,
-                    format!(
-                        "the mask broadcast to {dims:?} with strides {:?} reaches element {last} \
-                         of a {}-element slice",
-                        m.strides,
-                        m.data.len()
-                    ),
-                ));
-            }
+        check_operand(
+            op,
+            "the mask",
+            &[b, shape.heads_q, sq, sk],
+            &m.strides,
+            m.data.len(),
+        )?;
+        for (pm, s) in p.m.iter_mut().zip(m.strides) {
+            *pm = to_i64(op, "stride", s)?;
         }
-        p.m = [
-            to_i64(op, "stride", m.strides[0])?,
-            to_i64(op, "stride", m.strides[1])?,
-            to_i64(op, "stride", m.strides[2])?,
-            to_i64(op, "stride", m.strides[3])?,
-        ];
     }
-    p.q = strides_i64(op, q.strides)?;
-    p.k = strides_i64(op, k.strides)?;
-    p.v = strides_i64(op, v.strides)?;
-    p.o = strides_i64(op, out.strides)?;
     p.total_q = p.sq;
     p.total_k = p.sk;
     if b == 0 || sq == 0 || shape.heads_q == 0 {
@@ -550,7 +536,7 @@ pub fn attention_varlen<T: KernelDType>(
     flag: &IndexErrorFlag,
 ) -> Result<()> {
     let op = "flash_attn_varlen";
-    check_float::<T>(op)?;
+    check_float::<T>(op, FLOAT_REASON)?;
     let mut p = params(op, shape, opts)?;
     let es = std::mem::size_of::<T>();
     let d = shape.head_dim;
@@ -566,52 +552,56 @@ pub fn attention_varlen<T: KernelDType>(
             ),
         ));
     }
-    let packed = |s: [usize; 3]| [0, s[1], s[2]];
+    // Packed along the rows: one batch, no batch stride.
+    let ext = |what, ptr, len, s: [usize; 3], rows, heads| Extent {
+        what,
+        ptr,
+        len,
+        strides: [0, s[1], s[2]],
+        rows,
+        heads,
+    };
     let (tq, tk) = (offsets.total_q, offsets.total_k);
-    check_operand(
+    [p.q, p.k, p.v, p.o] = check_operands(
         op,
-        "q",
-        q.data.device_ptr(),
-        q.data.len(),
+        1,
         es,
-        packed(q.strides),
-        [1, tq, shape.heads_q],
         d,
+        [
+            ext(
+                "q",
+                q.data.device_ptr(),
+                q.data.len(),
+                q.strides,
+                tq,
+                shape.heads_q,
+            ),
+            ext(
+                "k",
+                k.data.device_ptr(),
+                k.data.len(),
+                k.strides,
+                tk,
+                shape.heads_kv,
+            ),
+            ext(
+                "v",
+                v.data.device_ptr(),
+                v.data.len(),
+                v.strides,
+                tk,
+                shape.heads_kv,
+            ),
+            ext(
+                "the output",
+                out.data.device_ptr(),
+                out.data.len(),
+                out.strides,
+                tq,
+                shape.heads_q,
+            ),
+        ],
     )?;
-    check_operand(
-        op,
-        "k",
-        k.data.device_ptr(),
-        k.data.len(),
-        es,
-        packed(k.strides),
-        [1, tk, shape.heads_kv],
-        d,
-    )?;
-    check_operand(
-        op,
-        "v",
-        v.data.device_ptr(),
-        v.data.len(),
-        es,
-        packed(v.strides),
-        [1, tk, shape.heads_kv],
-        d,
-    )?;
-    check_operand(
-        op,
-        "the output",
-        out.data.device_ptr(),
-        out.data.len(),
-        es,
-        packed(out.strides),
-        [1, tq, shape.heads_q],
-        d,
-    )?;
-    p.q = strides_i64(op, packed(q.strides))?;
-    p.k = strides_i64(op, packed(k.strides))?;
-    p.v = strides_i64(op, packed(v.strides))?;
-    p.o = strides_i64(op, packed(out.strides))?;
     p.total_q = to_i64(op, "total_q", tq)?;
     p.total_k = to_i64(op, "total_k", tk)?;
     if tq == 0 || shape.batch == 0 || shape.heads_q == 0 {
@@ -729,16 +719,32 @@ mod tests {
 
     #[test]
     fn operand_extents_are_checked() {
-        let ptr = hip_core::DevicePtr(0x1000);
+        let ext = |ptr: u64, len: usize, strides: [usize; 3], rows: usize| Extent {
+            what: "q",
+            ptr: hip_core::DevicePtr(ptr),
+            len,
+            strides,
+            rows,
+            heads: 2,
+        };
         // (1, 4, 2) x 64 contiguous: 512 elements.
-        assert!(check_operand("t", "q", ptr, 512, 2, [512, 128, 64], [1, 4, 2], 64).is_ok());
-        assert!(check_operand("t", "q", ptr, 511, 2, [512, 128, 64], [1, 4, 2], 64).is_err());
+        assert!(ext(0x1000, 512, [512, 128, 64], 4)
+            .check("t", 1, 2, 64)
+            .is_ok());
+        assert!(ext(0x1000, 511, [512, 128, 64], 4)
+            .check("t", 1, 2, 64)
+            .is_err());
         // Misaligned stride (not a multiple of 8 bf16 elements).
-        assert!(check_operand("t", "q", ptr, 4096, 2, [512, 130, 64], [1, 4, 2], 64).is_err());
+        assert!(ext(0x1000, 4096, [512, 130, 64], 4)
+            .check("t", 1, 2, 64)
+            .is_err());
         // Misaligned base.
-        let odd = hip_core::DevicePtr(0x1008);
-        assert!(check_operand("t", "q", odd, 512, 2, [512, 128, 64], [1, 4, 2], 64).is_err());
+        assert!(ext(0x1008, 512, [512, 128, 64], 4)
+            .check("t", 1, 2, 64)
+            .is_err());
         // Empty is fine.
-        assert!(check_operand("t", "q", ptr, 0, 2, [512, 128, 64], [1, 0, 2], 64).is_ok());
+        assert!(ext(0x1000, 0, [512, 128, 64], 0)
+            .check("t", 1, 2, 64)
+            .is_ok());
     }
 }

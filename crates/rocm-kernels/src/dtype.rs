@@ -31,3 +31,12 @@ kernel_dtype! {
     f32 => "f32", true;
     f64 => "f64", true;
 }
+
+/// Fails with [`crate::Error::Unsupported`] (naming `op`, the dtype and `reason`) unless `T` is
+/// f32, f16 or bf16: the float types of the kernels that compute in f32 (quantized, attention).
+pub(crate) fn check_float<T: KernelDType>(op: &str, reason: &str) -> crate::Result<()> {
+    match T::NAME {
+        "f32" | "f16" | "bf16" => Ok(()),
+        other => Err(crate::elementwise::unsupported(op, other, reason)),
+    }
+}

@@ -19,11 +19,13 @@
 
 use hip_core::{DeviceSlice, DeviceSliceMut, KernelArg, KernelArgs, LaunchConfig, Stream};
 
-use crate::dtype::KernelDType;
-use crate::elementwise::{function, launch_config, layout_err, unsupported};
+use crate::dtype::{check_float, KernelDType};
+use crate::elementwise::{function, launch_config, layout_err};
 use crate::error::Result;
 use crate::indexing::IndexErrorFlag;
 
+/// Why other dtypes are refused.
+const FLOAT_REASON: &str = "quantized kernels take and produce f32, f16 or bf16";
 /// The kernel module.
 const MODULE: &str = "quantized";
 /// Threads per block of the matrix-vector launches (8 teams of 32 lanes).
@@ -160,17 +162,6 @@ impl QuantType {
 }
 
 /// The float dtypes the kernels read and write.
-fn check_float<T: KernelDType>(op: &str) -> Result<()> {
-    match T::NAME {
-        "f32" | "f16" | "bf16" => Ok(()),
-        other => Err(unsupported(
-            op,
-            other,
-            "quantized kernels take and produce f32, f16 or bf16",
-        )),
-    }
-}
-
 /// A scalar kernel argument.
 #[derive(Debug, Clone, Copy)]
 enum Arg {
@@ -210,7 +201,7 @@ pub fn dequantize<O: KernelDType>(
     dst: &mut DeviceSliceMut<'_, O>,
 ) -> Result<()> {
     let op = "dequantize";
-    check_float::<O>(op)?;
+    check_float::<O>(op, FLOAT_REASON)?;
     let n = q.elems_of(op, blocks.len())?;
     if dst.len() != n {
         return Err(layout_err(
@@ -282,7 +273,7 @@ pub fn dequantize_plain<O: KernelDType>(
     dst: &mut DeviceSliceMut<'_, O>,
 ) -> Result<()> {
     let op = "dequantize";
-    check_float::<O>(op)?;
+    check_float::<O>(op, FLOAT_REASON)?;
     let n = dst.len();
     if n.checked_mul(s.size()).is_none_or(|b| b > src.len()) {
         return Err(layout_err(
@@ -330,7 +321,7 @@ pub fn embedding<O: KernelDType>(
     flag: &IndexErrorFlag,
 ) -> Result<()> {
     let op = "qembedding";
-    check_float::<O>(op)?;
+    check_float::<O>(op, FLOAT_REASON)?;
     let row_bytes = q.row_bytes(op, hidden)?;
     if rows.checked_mul(row_bytes) != Some(blocks.len()) {
         return Err(layout_err(
@@ -428,7 +419,7 @@ pub fn matvec<I: KernelDType>(
     y: &mut DeviceSliceMut<'_, I>,
 ) -> Result<()> {
     let op = "qmatvec";
-    check_float::<I>(op)?;
+    check_float::<I>(op, FLOAT_REASON)?;
     if m == 0 || m > MATVEC_MAX_ROWS {
         return Err(layout_err(
             op,
@@ -500,7 +491,7 @@ pub fn moe<I: KernelDType>(
     flag: &IndexErrorFlag,
 ) -> Result<()> {
     let op = "indexed_moe_forward";
-    check_float::<I>(op)?;
+    check_float::<I>(op, FLOAT_REASON)?;
     let row_bytes = q.row_bytes(op, k)?;
     if experts
         .checked_mul(n)

@@ -170,15 +170,7 @@ fn f8_accumulate<I: KernelDType>(
     let Some(e) = rocm_kernels::indexing::IndexError::decode(&words) else {
         return Ok(());
     };
-    match (usize::try_from(e.index), usize::try_from(e.size)) {
-        (Ok(index), Ok(size)) => Err(Error::InvalidIndex {
-            op: e.op.name(),
-            index,
-            size,
-        }
-        .bt()),
-        _ => Err(RocmError::kernel(e.op.name(), e.to_error()).into()),
-    }
+    Err(crate::error::index_error(e))
 }
 
 /// `gather` of `x` (through `l`) by `ids` along `dim`: the output has the ids' shape.

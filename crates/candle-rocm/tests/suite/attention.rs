@@ -13,7 +13,7 @@
 //!   errors. Outputs land in memory the caching allocator has just held NaN in.
 
 use super::*;
-use candle_rocm::attention::{self, AttnLayout, AttnParams, HEAD_DIMS};
+use candle_rocm::attention::{self, AttnLayout, AttnOptions, HEAD_DIMS};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Store {
@@ -42,7 +42,7 @@ struct Problem {
     hq: usize,
     hkv: usize,
     d: usize,
-    params: AttnParams,
+    params: AttnOptions,
     order: AttnLayout,
     store: Store,
     mask: Option<MaskKind>,
@@ -61,7 +61,7 @@ fn problem(
         hq,
         hkv,
         d,
-        params: AttnParams {
+        params: AttnOptions {
             scale: 1.0 / (d as f32).sqrt(),
             softcap: None,
             window_left: None,
@@ -517,7 +517,7 @@ fn varlen_case(
     dtype: DType,
     lens: &[(usize, usize)],
     (hq, hkv, d): (usize, usize, usize),
-    params: AttnParams,
+    params: AttnOptions,
 ) {
     let name = format!("varlen {dtype:?} {lens:?} {hq}/{hkv}x{d} {params:?}");
     let mut rng = Rng::new(case_seed(base_seed(), &["varlen", &name]));
@@ -588,7 +588,7 @@ fn varlen_case(
 #[ignore = "needs a GPU"]
 fn attention_varlen() {
     let dev = RocmDevice::new(0).expect("opening GPU 0");
-    let causal = |d: usize| AttnParams {
+    let causal = |d: usize| AttnOptions {
         scale: 1.0 / (d as f32).sqrt(),
         softcap: None,
         window_left: None,
@@ -602,7 +602,7 @@ fn attention_varlen() {
             dtype,
             &lens,
             (8, 1, 128),
-            AttnParams {
+            AttnOptions {
                 window_right: None,
                 ..causal(128)
             },
@@ -612,7 +612,7 @@ fn attention_varlen() {
             dtype,
             &lens,
             (2, 2, 96),
-            AttnParams {
+            AttnOptions {
                 window_left: Some(8),
                 ..causal(96)
             },
@@ -673,7 +673,7 @@ fn attention_bad_input_is_a_typed_error() {
             Layout::contiguous(Shape::from_dims(dims)),
         )
     };
-    let params = AttnParams {
+    let params = AttnOptions {
         scale: 0.125,
         softcap: None,
         window_left: None,
@@ -763,7 +763,7 @@ fn attention_bad_input_is_a_typed_error() {
         );
     }
     // A nonsensical softcap / scale.
-    let bad = AttnParams {
+    let bad = AttnOptions {
         softcap: Some(-1.0),
         ..params
     };
