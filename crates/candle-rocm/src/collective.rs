@@ -204,6 +204,14 @@ mod comm {
             &self.comm
         }
 
+        /// Aborts the communicator (`ncclCommAbort`, [`Comm::abort`]): its queued and running
+        /// operations are cancelled instead of waiting for peers that will never join. For a
+        /// rank that gives up after an error of its own or of a peer; dropping a communicator
+        /// instead destroys it, which waits for its queued work.
+        pub fn abort(self) {
+            self.comm.abort();
+        }
+
         fn check_device(&self, op: &str, s: &RocmStorage) -> Result<()> {
             if s.device().same_device(&self.device) {
                 Ok(())

@@ -49,6 +49,24 @@ pub enum Error {
     InvalidInput(String),
     /// `pick_device` was given a name it does not know.
     UnknownDevice(String),
+    /// A tensor-parallel split that is not even: `what` (e.g. `num_attention_heads`) of
+    /// `size` does not divide over `nranks` ranks.
+    UnevenSplit {
+        /// What is split (a configuration field).
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The number of ranks.
+        nranks: usize,
+    },
+    /// A rank of a tensor-parallel run did not finish: it panicked, or it stopped because
+    /// another rank failed (`reason` says which), or it waited longer than allowed.
+    RankFailed {
+        /// The rank that reports it.
+        rank: usize,
+        /// What happened.
+        reason: String,
+    },
 }
 
 /// Result with this crate's [`Error`].
@@ -66,6 +84,13 @@ impl fmt::Display for Error {
                 write!(f, "{}: safetensors: {source}", path.display())
             }
             Error::InvalidInput(msg) => write!(f, "invalid input: {msg}"),
+            Error::UnevenSplit { what, size, nranks } => write!(
+                f,
+                "tensor parallelism: {what} = {size} does not split evenly over {nranks} ranks"
+            ),
+            Error::RankFailed { rank, reason } => {
+                write!(f, "tensor-parallel rank {rank}: {reason}")
+            }
             Error::UnknownDevice(name) => write!(
                 f,
                 "unknown device {name:?}: this build supports {}",
@@ -84,7 +109,10 @@ impl std::error::Error for Error {
             Error::Io { source, .. } => Some(source),
             Error::Json { source, .. } => Some(source),
             Error::Safetensors { source, .. } => Some(source),
-            Error::InvalidInput(_) | Error::UnknownDevice(_) => None,
+            Error::InvalidInput(_)
+            | Error::UnknownDevice(_)
+            | Error::UnevenSplit { .. }
+            | Error::RankFailed { .. } => None,
         }
     }
 }

@@ -5,6 +5,8 @@
 //!   L2 normalisation), as sentence-transformers computes them.
 //! - [`llama`]: a ~125M-parameter llama-style decoder with seeded random weights generated on
 //!   the device, greedy decoding with and without the KV cache.
+//! - [`tp_llama`]: the same decoder split over several devices (tensor parallelism: heads and
+//!   MLP width over the ranks, RCCL/NCCL all-reduces), one thread per rank, greedy decoding.
 //! - [`weights`]: safetensors dtype conversion (the f16 copy of all-MiniLM-L6-v2).
 //! - [`bench`](mod@bench): throughput functions (embeddings/s at 32 x 128 tokens, decode tokens/s).
 //! - [`device`]: picking a device by name.
@@ -22,6 +24,7 @@ pub mod device;
 pub mod error;
 pub mod gguf_tools;
 pub mod llama;
+pub mod tp_llama;
 pub mod weights;
 
 pub use device::pick_device;

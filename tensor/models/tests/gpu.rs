@@ -1,8 +1,9 @@
 //! Tensor-level Candle on a ROCm device (`Device::new_rocm(0)`), against Candle's CPU backend:
 //! device basics, candle-nn's fused ops on random inputs, a 125M-parameter llama-style decoder
-//! (prefill + 32 greedy steps with its KV cache) and all-MiniLM-L6-v2 sentence embeddings, and
-//! that forward passes queue their work without making the host wait for the GPU
-//! (`hip_core::sync_count`).
+//! (prefill + 32 greedy steps with its KV cache) and all-MiniLM-L6-v2 sentence embeddings, that
+//! forward passes queue their work without making the host wait for the GPU
+//! (`hip_core::sync_count`), and the tensor-parallel decoder (`tp_llama`: one rank on one GPU,
+//! and one rank per GPU when there are several) against the one-GPU decoder.
 //!
 //! Every test needs a GPU (`#[ignore = "needs a GPU"]`); the MiniLM test also needs the model
 //! directory (`CANDLE_ROCM_MINILM_DIR`, with `model.f16.safetensors`: the GPU machine takes at
@@ -19,6 +20,7 @@ use candle_nn::VarBuilder;
 use candle_rocm::RocmDeviceExt;
 use candle_rocm_models::bert::{cosine_similarity_rows, SentenceEmbedder, WEIGHTS_F16};
 use candle_rocm_models::llama;
+use candle_rocm_models::tp_llama;
 use candle_transformers::models::bert::{BertEncoder, Config as BertConfig};
 
 /// `hip_core::sync_count` is process-wide: the tests that check it take this lock exclusively,
@@ -857,4 +859,121 @@ fn llama_with_fused_attention_matches_unfused() {
         "llama prefill 2048 bf16: largest logit difference {diff:.3e} (largest logit {scale:.3})"
     );
     assert!(diff <= 0.05 * scale.max(1.0), "{diff} vs {scale}");
+}
+
+/// The tensor-parallel decoder with one rank (an RCCL/NCCL communicator of one GPU) computes
+/// the one-GPU decoder's function: same greedy tokens over 20 steps, logits of the prompt (and
+/// of every later step) within f32 tolerance; bad device lists are typed errors.
+#[test]
+#[ignore = "needs a GPU"]
+fn tp_llama_one_rank_matches_the_one_gpu_llama() {
+    let _lock = shared();
+    let dev = rocm();
+    let cfg = llama::config_125m();
+    let weights = llama::random_weights(&cfg, &dev, 2024).unwrap();
+    let one = llama::build(&cfg, &weights, DType::F32, &dev).unwrap();
+    let prompt: Vec<u32> = vec![1, 450, 4996, 17354, 1701, 432, 17204, 975];
+    let steps = 20;
+    let reference = llama::generate(&one, &prompt, steps, true).unwrap();
+    let tp = tp_llama::generate_tp(
+        std::slice::from_ref(&dev),
+        &cfg,
+        &weights,
+        DType::F32,
+        &prompt,
+        steps,
+    )
+    .unwrap();
+    let prompt_diff = max_abs_diff(&tp.logits[0], &reference.logits[0]);
+    let worst = tp
+        .logits
+        .iter()
+        .zip(&reference.logits)
+        .map(|(a, b)| max_abs_diff(a, b))
+        .fold(0f32, f32::max);
+    println!(
+        "tp_llama 1 rank: tokens {:?}\n  one-GPU llama tokens {:?}\n  prompt logits max |diff| \
+         {prompt_diff:.3e}, over {steps} steps {worst:.3e}; decode {:.1} tokens/s (one-GPU llama \
+         {:.1}), build {:?}",
+        tp.tokens,
+        reference.tokens,
+        tp.decode_tokens_per_sec(),
+        reference.decode_tokens_per_sec(),
+        tp.build
+    );
+    assert_eq!(tp.nranks, 1);
+    assert_eq!(tp.tokens.len(), steps);
+    assert_eq!(tp.tokens, reference.tokens);
+    assert!(prompt_diff < 1e-4, "prompt logits differ by {prompt_diff}");
+    assert!(worst < 1e-3, "logits differ by {worst}");
+
+    // Two ranks on one GPU, and a CPU rank next to a GPU rank: errors, not panics or hangs.
+    let tiny = llama::config_tiny();
+    let w = llama::random_weights(&tiny, &Device::Cpu, 1).unwrap();
+    for devices in [vec![rocm(), rocm()], vec![rocm(), Device::Cpu]] {
+        let r = tp_llama::generate_tp(&devices, &tiny, &w, DType::F32, &[1, 2, 3], 2);
+        assert!(
+            matches!(r, Err(candle_rocm_models::Error::InvalidInput(_))),
+            "{r:?}"
+        );
+    }
+}
+
+/// One rank per GPU (as many as there are; 12 heads / 4 kv heads split over 2 or 4, or a
+/// 16-head / 8-kv-head variant of the 125M decoder over 8): the same greedy tokens as the one-GPU
+/// decoder over 24 steps. Returns early, saying so, with fewer than 2 GPUs.
+#[test]
+#[ignore = "needs a GPU"]
+fn tp_llama_on_every_gpu_matches_one_gpu() {
+    let _lock = shared();
+    let count = hip_core::device_count().unwrap_or(0);
+    if count < 2 {
+        println!(
+            "tp_llama_on_every_gpu_matches_one_gpu: {count} ROCm device(s), needs 2 or more: \
+             nothing checked"
+        );
+        return;
+    }
+    let base = llama::config_125m();
+    let wide = candle_transformers::models::llama::Config {
+        num_attention_heads: 16,
+        num_key_value_heads: 8,
+        ..base.clone()
+    };
+    // The largest rank count up to `count` that one of the two configurations splits over.
+    let (cfg, n) = (2..=count)
+        .rev()
+        .find_map(|n| {
+            [&base, &wide]
+                .into_iter()
+                .find(|c| tp_llama::plan(c, n).is_ok())
+                .map(|c| (c.clone(), n))
+        })
+        .expect("2 ranks split the 125M configuration");
+    let devices: Vec<Device> = (0..n).map(|i| Device::new_rocm(i).unwrap()).collect();
+    let weights = llama::random_weights(&cfg, &devices[0], 31).unwrap();
+    let one = llama::build(&cfg, &weights, DType::F32, &devices[0]).unwrap();
+    let prompt: Vec<u32> = vec![1, 450, 4996, 17354, 1701, 432, 17204, 975, 29871, 13];
+    let steps = 24;
+    let reference = llama::generate(&one, &prompt, steps, true).unwrap();
+    let tp = tp_llama::generate_tp(&devices, &cfg, &weights, DType::F32, &prompt, steps).unwrap();
+    let worst = tp
+        .logits
+        .iter()
+        .zip(&reference.logits)
+        .map(|(a, b)| max_abs_diff(a, b))
+        .fold(0f32, f32::max);
+    println!(
+        "tp_llama {n} ranks of {count} GPUs ({} heads / {} kv heads): tokens {:?}\n  one-GPU tokens \
+         {:?}\n  largest logit difference {worst:.3e}; decode {:.1} tokens/s on {n} GPUs, {:.1} on one",
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        tp.tokens,
+        reference.tokens,
+        tp.decode_tokens_per_sec(),
+        reference.decode_tokens_per_sec()
+    );
+    assert_eq!(tp.nranks, n);
+    assert_eq!(tp.tokens, reference.tokens);
+    assert!(worst < 1e-2, "logits differ by {worst}");
 }
