@@ -21,7 +21,9 @@ use crate::error::{hip_err, kernel_err, RocmError};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// Scale, softcap and window (rocm-kernels' options, used as they are).
-pub use rocm_kernels::attention::{AttnOptions, HEAD_DIMS};
+pub use rocm_kernels::attention::{
+    matrix_prefill_verdict, AttnKernel, AttnOptions, HEAD_DIMS, MMA_HEAD_DIMS,
+};
 
 /// The memory order of 4-D attention operands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

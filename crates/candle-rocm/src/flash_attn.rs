@@ -15,7 +15,7 @@
 use candle_core::ext::ExtStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Storage, Tensor};
 
-use crate::attention::{attention, attention_varlen, AttnLayout, AttnOptions};
+use crate::attention::{attention, attention_varlen, AttnKernel, AttnLayout, AttnOptions};
 use crate::error::RocmError;
 use crate::tensor::rocm_operand;
 
@@ -178,6 +178,7 @@ pub fn flash_attn_windowed_softcap(
             softcap: (softcap > 0.0).then_some(softcap),
             window_left: window_size_left,
             window_right: window_size_right,
+            kernel: AttnKernel::Auto,
         },
     };
     q.apply_op3_no_bwd(k, v, &op)
@@ -230,6 +231,7 @@ pub fn flash_attn_varlen_windowed(
             softcap: None,
             window_left: window_size_left,
             window_right: window_size_right,
+            kernel: AttnKernel::Auto,
         },
         seqlens_q: seqlens_q.clone(),
         seqlens_k: seqlens_k.clone(),

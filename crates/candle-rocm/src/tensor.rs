@@ -217,6 +217,7 @@ impl ExtBackendStorage for RocmStorage {
                     softcap: (softcapping != 1.0).then_some(softcapping),
                     window_left: None,
                     window_right: causal.then_some(0),
+                    kernel: crate::attention::AttnKernel::Auto,
                 };
                 let mask = inputs.get(3).copied();
                 return crate::attention::attention(

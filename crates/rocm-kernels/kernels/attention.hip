@@ -11,13 +11,271 @@
 // (bottom-right aligned, as flash-attention 2); a negative window is unbounded; causal is
 // window_right = 0. A row that sees no key, or only keys whose mask is -inf, is zeros.
 
+// ---------------------------------------------------------------------------------------------
+// Matrix tiles (the tile-multiply abstraction; kept in this module until a second module needs
+// it, then it moves to the prelude): one wave multiplies 16 x 16 x 16 tiles of f16/bf16 into f32 with the GPU's
+// matrix instructions (attention). RK_MMA names the instruction family compiled for:
+//   1 NVIDIA mma.sync m16n8k16 (sm_80+, 32 lanes; a 16-wide tile is two n8 halves)
+//   2 CDNA MFMA v_mfma_f32_16x16x16{f16,bf16_1k} (gfx90a, gfx942, gfx950; 64 lanes)
+//   3 RDNA3 WMMA v_wmma_f32_16x16x16_{f16,bf16} wave32 (gfx11)
+//   4 RDNA4 WMMA v_wmma_f32_16x16x16_{f16,bf16} wave32, gfx12 operand layout
+//   0 none (every other target): kernels using the tiles are not compiled.
+// Operand layouts, from NVIDIA's PTX ISA (mma.m16n8k16 fragments) and AMD's instruction tables
+// (CDNA3 ISA "matrix fused multiply-add" operand layouts, RDNA3/RDNA4 ISA WMMA sections); the
+// line-by-line review is in docs/attention.md. Per lane, with l = lane, g = l / 4, t = l % 4:
+//   A (16 x 16, row m, column k) and B (16 x 16, row k, column n) are read as "chunks" of
+//   RK_MMA_CHUNK elements consecutive in k; C holds RK_MMA_ACC floats, element i at row
+//   rk_mma_c_row(l, i), column rk_mma_c_col(l, i). Rows a lane holds are its "slots":
+//   RK_MMA_SLOTS of them, element i in slot rk_mma_c_slot(i); the lanes holding one row differ in
+//   their low log2(RK_MMA_ROW_LANES) lane bits.
+// ---------------------------------------------------------------------------------------------
+
+#if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define RK_MMA 1
+#elif defined(__gfx90a__) || defined(__gfx942__) || defined(__gfx950__)
+#define RK_MMA 2
+#elif defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || \
+    defined(__gfx1103__) || defined(__gfx1150__) || defined(__gfx1151__)
+#define RK_MMA 3
+#elif defined(__gfx1200__) || defined(__gfx1201__)
+#define RK_MMA 4
+#else
+#define RK_MMA 0
+#endif
+
+#if RK_MMA == 1
+#define RK_MMA_WAVE 32
+#define RK_MMA_CHUNK 2  // A: a0a1 a2a3 a4a5 a6a7; B: b0b1 b2b3 per n8 half
+#define RK_MMA_NCHUNK 4
+#define RK_MMA_ACC 8  // two m16n8 accumulators c0..c3
+#define RK_MMA_SLOTS 2
+#define RK_MMA_ROW_LANES 4
+// A chunk c: row g + 8 (c & 1), k 2t + 8 (c >> 1).
+__device__ __forceinline__ int rk_mma_a_row(int l, int c) { return l / 4 + 8 * (c & 1); }
+__device__ __forceinline__ int rk_mma_a_k(int l, int c) { return 2 * (l % 4) + 8 * (c >> 1); }
+// B chunk c: column g + 8 (c >> 1) (the n8 half), k 2t + 8 (c & 1).
+__device__ __forceinline__ int rk_mma_b_col(int l, int c) { return l / 4 + 8 * (c >> 1); }
+__device__ __forceinline__ int rk_mma_b_k(int l, int c) { return 2 * (l % 4) + 8 * (c & 1); }
+// C element i: half h = i / 4 (columns 8h..), c_j = i % 4: row g + 8 (c_j / 2), column 2t + c_j % 2.
+__device__ __forceinline__ constexpr int rk_mma_c_slot(int i) { return (i % 4) / 2; }
+__device__ __forceinline__ int rk_mma_c_row(int l, int i) { return l / 4 + 8 * ((i % 4) / 2); }
+__device__ __forceinline__ int rk_mma_c_col(int l, int i) {
+    return 8 * (i / 4) + 2 * (l % 4) + (i % 2);
+}
+#elif RK_MMA == 2
+#define RK_MMA_WAVE 64
+#define RK_MMA_CHUNK 4
+#define RK_MMA_NCHUNK 1
+#define RK_MMA_ACC 4
+#define RK_MMA_SLOTS 4
+#define RK_MMA_ROW_LANES 16
+// A[i][k]: lane i + 16 (k / 4), item k % 4.  B[k][j]: lane j + 16 (k / 4), item k % 4.
+// D[i][j]: lane j + 16 (i / 4), item i % 4.
+__device__ __forceinline__ int rk_mma_a_row(int l, int) { return l % 16; }
+__device__ __forceinline__ int rk_mma_a_k(int l, int) { return 4 * (l / 16); }
+__device__ __forceinline__ int rk_mma_b_col(int l, int) { return l % 16; }
+__device__ __forceinline__ int rk_mma_b_k(int l, int) { return 4 * (l / 16); }
+__device__ __forceinline__ constexpr int rk_mma_c_slot(int i) { return i; }
+__device__ __forceinline__ int rk_mma_c_row(int l, int i) { return 4 * (l / 16) + i; }
+__device__ __forceinline__ int rk_mma_c_col(int l, int) { return l % 16; }
+#elif RK_MMA == 3
+#define RK_MMA_WAVE 32
+#define RK_MMA_CHUNK 16
+#define RK_MMA_NCHUNK 1
+#define RK_MMA_ACC 8
+#define RK_MMA_SLOTS 8
+#define RK_MMA_ROW_LANES 16
+// A: lanes l and l + 16 both hold row l % 16, k 0..15. B: lanes hold column l % 16, k 0..15.
+// D (f32): element i of lane l is row 2i + l / 16, column l % 16.
+__device__ __forceinline__ int rk_mma_a_row(int l, int) { return l % 16; }
+__device__ __forceinline__ int rk_mma_a_k(int, int) { return 0; }
+__device__ __forceinline__ int rk_mma_b_col(int l, int) { return l % 16; }
+__device__ __forceinline__ int rk_mma_b_k(int, int) { return 0; }
+__device__ __forceinline__ constexpr int rk_mma_c_slot(int i) { return i; }
+__device__ __forceinline__ int rk_mma_c_row(int l, int i) { return 2 * i + l / 16; }
+__device__ __forceinline__ int rk_mma_c_col(int l, int) { return l % 16; }
+#elif RK_MMA == 4
+#define RK_MMA_WAVE 32
+#define RK_MMA_CHUNK 8
+#define RK_MMA_NCHUNK 1
+#define RK_MMA_ACC 8
+#define RK_MMA_SLOTS 8
+#define RK_MMA_ROW_LANES 16
+// A: lane l holds row l % 16, k 8 (l / 16) .. +7. B: column l % 16, k 8 (l / 16) .. +7.
+// D (f32): element i of lane l is row 8 (l / 16) + i, column l % 16.
+__device__ __forceinline__ int rk_mma_a_row(int l, int) { return l % 16; }
+__device__ __forceinline__ int rk_mma_a_k(int l, int) { return 8 * (l / 16); }
+__device__ __forceinline__ int rk_mma_b_col(int l, int) { return l % 16; }
+__device__ __forceinline__ int rk_mma_b_k(int l, int) { return 8 * (l / 16); }
+__device__ __forceinline__ constexpr int rk_mma_c_slot(int i) { return i; }
+__device__ __forceinline__ int rk_mma_c_row(int l, int i) { return 8 * (l / 16) + i; }
+__device__ __forceinline__ int rk_mma_c_col(int l, int) { return l % 16; }
+#endif
+
+#if RK_MMA != 0
+#define RK_MMA_FRAG (RK_MMA_CHUNK * RK_MMA_NCHUNK)
+
+// One wave's operand fragment (A or B) of element type T (f16 or bf16): 16-bit patterns packed
+// two to a 32-bit word (element 2w in the low half of word w), as the instructions take them.
+template <typename T>
+struct rk_mma_frag {
+    u32 w[RK_MMA_FRAG / 2];
+};
+// One wave's f32 accumulator of a 16 x 16 tile.
+struct rk_mma_acc {
+    float v[RK_MMA_ACC];
+};
+
+__device__ __forceinline__ void rk_mma_zero(rk_mma_acc& c) {
+#pragma unroll
+    for (int i = 0; i < RK_MMA_ACC; ++i) c.v[i] = 0.0f;
+}
+
+// RK_MMA_CHUNK consecutive 16-bit elements from `src` (aligned to the chunk's size, at most 16
+// bytes) into RK_MMA_CHUNK / 2 words.
+__device__ __forceinline__ void rk_mma_copy_chunk(u32* dst, const void* src) {
+#if RK_MMA_CHUNK == 2
+    dst[0] = *(const u32*)src;
+#elif RK_MMA_CHUNK == 4
+    const uint2 x = *(const uint2*)src;
+    dst[0] = x.x;
+    dst[1] = x.y;
+#else
+#pragma unroll
+    for (int h = 0; h < RK_MMA_CHUNK / 8; ++h) {
+        const uint4 x = ((const uint4*)src)[h];
+        dst[4 * h] = x.x;
+        dst[4 * h + 1] = x.y;
+        dst[4 * h + 2] = x.z;
+        dst[4 * h + 3] = x.w;
+    }
+#endif
+}
+
+// Zero words for a chunk past the end of an operand.
+__device__ __forceinline__ void rk_mma_zero_chunk(u32* dst) {
+#pragma unroll
+    for (int e = 0; e < RK_MMA_CHUNK / 2; ++e) dst[e] = 0u;
+}
+
+// A fragment of the 16 x 16 tile at `p`, element (m, k) at p[m * ld + k] (row-major along k;
+// rows aligned to the chunk size).
+template <typename T>
+__device__ __forceinline__ rk_mma_frag<T> rk_mma_load_a(const T* p, i64 ld, int lane) {
+    rk_mma_frag<T> f;
+#pragma unroll
+    for (int c = 0; c < RK_MMA_NCHUNK; ++c)
+        rk_mma_copy_chunk(&f.w[c * RK_MMA_CHUNK / 2],
+                          p + (i64)rk_mma_a_row(lane, c) * ld + rk_mma_a_k(lane, c));
+    return f;
+}
+
+// B fragment of the 16 x 16 tile whose element (k, n) is at p[n * ld + k] (B transposed in
+// memory, row-major along k: the keys of Q K^T, or V stored transposed).
+template <typename T>
+__device__ __forceinline__ rk_mma_frag<T> rk_mma_load_bt(const T* p, i64 ld, int lane) {
+    rk_mma_frag<T> f;
+#pragma unroll
+    for (int c = 0; c < RK_MMA_NCHUNK; ++c)
+        rk_mma_copy_chunk(&f.w[c * RK_MMA_CHUNK / 2],
+                          p + (i64)rk_mma_b_col(lane, c) * ld + rk_mma_b_k(lane, c));
+    return f;
+}
+
+template <typename T>
+struct rk_mma_is_bf16 {
+    static constexpr bool value = false;
+};
+template <>
+struct rk_mma_is_bf16<bf16> {
+    static constexpr bool value = true;
+};
+
+// c += a * b.
+template <typename T>
+__device__ __forceinline__ void rk_mma(rk_mma_acc& c, const rk_mma_frag<T>& a,
+                                       const rk_mma_frag<T>& b) {
+#if RK_MMA == 1
+    const u32* ar = a.w;
+    const u32* br = b.w;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float* d = &c.v[4 * h];
+        if (rk_mma_is_bf16<T>::value) {
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[2 * h]),
+                  "r"(br[2 * h + 1]));
+        } else {
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[2 * h]),
+                  "r"(br[2 * h + 1]));
+        }
+    }
+#elif RK_MMA == 2
+    typedef short v4s __attribute__((ext_vector_type(4)));
+    typedef _Float16 v4h __attribute__((ext_vector_type(4)));
+    typedef float v4f __attribute__((ext_vector_type(4)));
+    v4f acc;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = c.v[i];
+    if constexpr (rk_mma_is_bf16<T>::value) {
+        acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(v4s, a),
+                                                         __builtin_bit_cast(v4s, b), acc, 0, 0, 0);
+    } else {
+        acc = __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(v4h, a),
+                                                     __builtin_bit_cast(v4h, b), acc, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c.v[i] = acc[i];
+#else
+    typedef short vs __attribute__((ext_vector_type(RK_MMA_FRAG)));
+    typedef _Float16 vh __attribute__((ext_vector_type(RK_MMA_FRAG)));
+    typedef float v8f __attribute__((ext_vector_type(8)));
+    v8f acc;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = c.v[i];
+    if constexpr (rk_mma_is_bf16<T>::value) {
+        const vs av = __builtin_bit_cast(vs, a), bv = __builtin_bit_cast(vs, b);
+#if RK_MMA == 3
+        acc = __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(av, bv, acc);
+#else
+        acc = __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32_gfx12(av, bv, acc);
+#endif
+    } else {
+        const vh av = __builtin_bit_cast(vh, a), bv = __builtin_bit_cast(vh, b);
+#if RK_MMA == 3
+        acc = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(av, bv, acc);
+#else
+        acc = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(av, bv, acc);
+#endif
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) c.v[i] = acc[i];
+#endif
+}
+
+// Max and sum over the lanes that hold the same accumulator row.
+__device__ __forceinline__ float rk_mma_row_max(float x) {
+#pragma unroll
+    for (int off = RK_MMA_ROW_LANES / 2; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor(x, off));
+    return x;
+}
+__device__ __forceinline__ float rk_mma_row_sum(float x) {
+#pragma unroll
+    for (int off = RK_MMA_ROW_LANES / 2; off > 0; off >>= 1) x += __shfl_xor(x, off);
+    return x;
+}
+#endif  // RK_MMA != 0
+
 #define AT_THREADS 256
 // The error code recorded in the shared indexing flag (IndexOp::AttentionSeqlens).
 #define AT_ERR_VARLEN 8u
-// Decode: the most queries (q heads of one kv head x rows) one block carries in registers.
-#define AT_DEC_MAXQ 8
-// Decode: keys per sub-chunk held in shared memory.
-#define AT_DEC_CHUNK 512
 #define AT_LOG2E 1.4426950408889634f
 #define AT_NEG_INF __int_as_float(0xff800000)
 
@@ -247,14 +505,236 @@ __device__ __forceinline__ void at_prefill(const AttnParams& p, const T* __restr
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode (flash-decoding): one block per (key split, kv head x query slice, batch). The block
-// carries up to AT_DEC_MAXQ queries (the q heads sharing the kv head, times query rows), so every
-// key and value row is read once for all of them. Per sub-chunk of keys: teams of TS lanes compute
-// the logits (16-byte loads, xor-shuffle reductions) into shared memory; 32 lanes per query take
-// the chunk's max and exponentials; then threads split (key group, query, row vectors) and
-// accumulate P V. With one split the block writes the normalised output; otherwise unnormalised
-// partial sums with their max and sum, merged by at_merge.
+// Prefill (matrix-instruction path, RK_MMA != 0; f16 and bf16): one block of 4 waves per (query
+// tile of 64 rows, q head, batch), each wave owning 16 query rows. Per key tile of BN keys: K is
+// staged row-major and V transposed in shared memory; S = Q K^T accumulates in the matrix tiles
+// (Q's fragments stay in registers), the online softmax runs on the accumulator elements (rows
+// reduced across the lanes that hold them), P goes through a per-wave shared tile in T and
+// O += P V accumulates in the matrix tiles. Masking, softcap and fully masked rows as the portable
+// path; exponentials base 2.
 // ---------------------------------------------------------------------------------------------
+
+#if RK_MMA != 0
+#define AT_MMA_WAVES 4
+#define AT_MMA_BM (16 * AT_MMA_WAVES)
+// RDNA's wave32 tiles hold 8 rows per lane and replicate A across the two half-waves: with Q's
+// fragments in registers the d128 kernels spill, so there Q stays in shared memory (64 KiB of
+// LDS per workgroup leaves room for it).
+#define AT_MMA_Q_SHARED (RK_MMA >= 3)
+// Keys per tile: 64, or 32 on RDNA (fewer logits per lane; its tiles hold 8 rows per lane).
+#define AT_MMA_BN (RK_MMA >= 3 ? 32 : 64)
+
+template <typename T, int D, int BN>
+__device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __restrict__ q,
+                                               const T* __restrict__ k, const T* __restrict__ v,
+                                               const T* __restrict__ mask, const u32* cu_q,
+                                               const u32* cu_k, T* __restrict__ o, u32* err) {
+    constexpr int VEC = 16 / (int)sizeof(T);
+    constexpr int KP = D + VEC;   // K row pitch (16-byte aligned, staggers banks)
+    constexpr int VP = BN + VEC;  // V^T and P row pitch
+    constexpr int DT = D / 16, NT = BN / 16;
+    constexpr int NTHREADS = AT_MMA_WAVES * RK_MMA_WAVE;
+    __shared__ __attribute__((aligned(16))) T ks[BN * KP];
+    __shared__ __attribute__((aligned(16))) T vt[D * VP];
+    __shared__ __attribute__((aligned(16))) T ps[AT_MMA_WAVES * 16 * VP];
+#if AT_MMA_Q_SHARED
+    __shared__ __attribute__((aligned(16))) T qsh[AT_MMA_BM * KP];
+#endif
+
+    const int tid = threadIdx.x, lane = tid % RK_MMA_WAVE, w = tid / RK_MMA_WAVE;
+    const u32 h = blockIdx.y, b = blockIdx.z;
+    const u32 hk = h / (u32)(p.hq / p.hkv);
+    i64 q0, sq, k0, sk;
+    if (!at_bounds(p, cu_q, cu_k, err, b, &q0, &sq, &k0, &sk)) return;
+    const i64 shift = sk - sq;
+    const T* qb = q + (i64)b * p.q_sb + (i64)h * p.q_sh + q0 * p.q_ss;
+    const T* kb = k + (i64)b * p.k_sb + (i64)hk * p.k_sh + k0 * p.k_ss;
+    const T* vb = v + (i64)b * p.v_sb + (i64)hk * p.v_sh + k0 * p.v_ss;
+    T* ob = o + (i64)b * p.o_sb + (i64)h * p.o_sh + q0 * p.o_ss;
+    const T* mb = mask == nullptr ? nullptr : mask + (i64)b * p.m_sb + (i64)h * p.m_sh;
+    T* pw = ps + w * 16 * VP;
+
+    // Heavier (later, under a causal mask) query tiles first.
+    for (i64 qt = (i64)gridDim.x - 1 - blockIdx.x; qt * AT_MMA_BM < sq; qt += gridDim.x) {
+        const i64 i0 = qt * AT_MMA_BM;
+        const i64 i_last = (i0 + AT_MMA_BM < sq ? i0 + AT_MMA_BM : sq) - 1;
+        const i64 k_begin = at_key_lo(p, i0, shift);
+        const i64 k_end = at_key_hi(p, i_last, shift, sk);
+        const i64 wr0 = i0 + 16 * w;  // the wave's first row
+
+#if AT_MMA_Q_SHARED
+        __syncthreads();  // the previous tile's readers are done with qsh
+        for (int e = tid; e < AT_MMA_BM * (D / VEC); e += NTHREADS) {
+            const int r = e / (D / VEC), c = (e % (D / VEC)) * VEC;
+            uint4 val = make_uint4(0u, 0u, 0u, 0u);
+            if (i0 + r < sq) val = *(const uint4*)(qb + (i0 + r) * p.q_ss + c);
+            *(uint4*)(qsh + r * KP + c) = val;
+        }
+        const T* qw = qsh + 16 * w * KP;
+#else
+        // Q fragments straight from global memory (rows past the sequence read as zero).
+        rk_mma_frag<T> qf[DT];
+#pragma unroll
+        for (int kk = 0; kk < DT; ++kk) {
+#pragma unroll
+            for (int c = 0; c < RK_MMA_NCHUNK; ++c) {
+                const i64 r = wr0 + rk_mma_a_row(lane, c);
+                u32* dst = &qf[kk].w[c * RK_MMA_CHUNK / 2];
+                if (r < sq)
+                    rk_mma_copy_chunk(dst, qb + r * p.q_ss + kk * 16 + rk_mma_a_k(lane, c));
+                else
+                    rk_mma_zero_chunk(dst);
+            }
+        }
+#endif
+
+        rk_mma_acc acc[DT];
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) rk_mma_zero(acc[dt]);
+        float m[RK_MMA_SLOTS], l[RK_MMA_SLOTS];
+#pragma unroll
+        for (int s = 0; s < RK_MMA_SLOTS; ++s) {
+            m[s] = AT_NEG_INF;
+            l[s] = 0.0f;
+        }
+
+        for (i64 j0 = (k_begin / BN) * BN; j0 < k_end; j0 += BN) {
+            __syncthreads();  // the previous tile's readers are done with ks, vt and ps
+            for (int e = tid; e < BN * (D / VEC); e += NTHREADS) {
+                const int r = e / (D / VEC), c = (e % (D / VEC)) * VEC;
+                uint4 val = make_uint4(0u, 0u, 0u, 0u);
+                if (j0 + r < sk) val = *(const uint4*)(kb + (j0 + r) * p.k_ss + c);
+                *(uint4*)(ks + r * KP + c) = val;
+            }
+            // V transposed: consecutive threads take consecutive keys (conflict-free stores).
+            for (int e = tid; e < BN * (D / VEC); e += NTHREADS) {
+                const int r = e % BN, c = (e / BN) * VEC;
+                uint4 val = make_uint4(0u, 0u, 0u, 0u);
+                if (j0 + r < sk) val = *(const uint4*)(vb + (j0 + r) * p.v_ss + c);
+                const T* t = reinterpret_cast<const T*>(&val);
+#pragma unroll
+                for (int x = 0; x < VEC; ++x) vt[(c + x) * VP + r] = t[x];
+            }
+            __syncthreads();
+
+            rk_mma_acc st[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                rk_mma_zero(st[nt]);
+#pragma unroll
+                for (int kk = 0; kk < DT; ++kk) {
+#if AT_MMA_Q_SHARED
+                    const rk_mma_frag<T> qa = rk_mma_load_a(qw + kk * 16, KP, lane);
+#else
+                    const rk_mma_frag<T>& qa = qf[kk];
+#endif
+                    rk_mma(st[nt], qa, rk_mma_load_bt(ks + nt * 16 * KP + kk * 16, KP, lane));
+                }
+            }
+
+            // Online softmax over the tile's logits. The keys row r sees, relative to j0 and
+            // clamped to the tile: [lo, hi) (empty past the sequence).
+            float mx[RK_MMA_SLOTS];
+            int lo[RK_MMA_SLOTS], hi[RK_MMA_SLOTS];
+#pragma unroll
+            for (int i = 0; i < RK_MMA_ACC; ++i) {
+                const int s = rk_mma_c_slot(i);
+                const i64 r = wr0 + rk_mma_c_row(lane, i);
+                i64 a = at_key_lo(p, r, shift) - j0, e = at_key_hi(p, r, shift, sk) - j0;
+                a = a < 0 ? 0 : (a > BN ? BN : a);
+                e = r >= sq || e < 0 ? 0 : (e > BN ? BN : e);
+                lo[s] = (int)a;
+                hi[s] = (int)e;
+                mx[s] = AT_NEG_INF;
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < RK_MMA_ACC; ++i) {
+                    const int s = rk_mma_c_slot(i);
+                    const int jr = nt * 16 + rk_mma_c_col(lane, i);
+                    const bool seen = jr >= lo[s] && jr < hi[s];
+                    float mv = 0.0f;
+                    if (seen && mb != nullptr) {
+                        const i64 r = wr0 + rk_mma_c_row(lane, i);
+                        mv = rk_to_compute(mb[r * p.m_sq + (j0 + jr) * p.m_sk]);
+                    }
+                    const float x = seen ? at_logit(p, st[nt].v[i], mv) : AT_NEG_INF;
+                    st[nt].v[i] = x;
+                    mx[s] = fmaxf(mx[s], x);
+                }
+            float alpha[RK_MMA_SLOTS], base[RK_MMA_SLOTS];
+#pragma unroll
+            for (int s = 0; s < RK_MMA_SLOTS; ++s) {
+                const float m_new = fmaxf(m[s], rk_mma_row_max(mx[s]));
+                base[s] = m_new == AT_NEG_INF ? 0.0f : m_new;
+                alpha[s] = exp2f(m[s] - base[s]);
+                m[s] = m_new;
+                l[s] *= alpha[s];
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < RK_MMA_ACC; ++i) {
+                    const int s = rk_mma_c_slot(i);
+                    const float pv = exp2f(st[nt].v[i] - base[s]);
+                    l[s] += pv;
+                    pw[rk_mma_c_row(lane, i) * VP + nt * 16 + rk_mma_c_col(lane, i)] =
+                        rk_from_compute<T>(pv);
+                }
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+                for (int i = 0; i < RK_MMA_ACC; ++i) acc[dt].v[i] *= alpha[rk_mma_c_slot(i)];
+            __syncthreads();  // P written (each wave reads its own tile; a block barrier is portable)
+
+#pragma unroll
+            for (int kk = 0; kk < NT; ++kk) {
+                const rk_mma_frag<T> pa = rk_mma_load_a(pw + kk * 16, VP, lane);
+#pragma unroll
+                for (int dt = 0; dt < DT; ++dt)
+                    rk_mma(acc[dt], pa, rk_mma_load_bt(vt + dt * 16 * VP + kk * 16, VP, lane));
+            }
+        }
+
+#pragma unroll
+        for (int s = 0; s < RK_MMA_SLOTS; ++s) l[s] = rk_mma_row_sum(l[s]);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+            for (int i = 0; i < RK_MMA_ACC; ++i) {
+                const int s = rk_mma_c_slot(i);
+                const i64 r = wr0 + rk_mma_c_row(lane, i);
+                if (r >= sq) continue;
+                const float inv = l[s] > 0.0f ? 1.0f / l[s] : 0.0f;
+                ob[r * p.o_ss + dt * 16 + rk_mma_c_col(lane, i)] =
+                    rk_from_compute<T>(acc[dt].v[i] * inv);
+            }
+    }
+}
+
+#define AT_PREFILL_MMA(TN, T, D, BN)                                                             \
+    RK_KERNEL void __launch_bounds__(AT_MMA_WAVES * RK_MMA_WAVE)                                 \
+        attn_prefill_mma_##TN##_d##D(AttnParams p, const T* q, const T* k, const T* v,           \
+                                     const T* mask, const u32* cu_q, const u32* cu_k, T* o,      \
+                                     u32* err) {                                                 \
+        at_prefill_mma<T, D, BN>(p, q, k, v, mask, cu_q, cu_k, o, err);                          \
+    }
+#endif  // RK_MMA != 0
+
+// ---------------------------------------------------------------------------------------------
+// Decode (flash-decoding): one block per (key split, kv head x query slice, batch). The block
+// carries up to NQ queries (the q heads sharing the kv head, times query rows), so every key and
+// value row is read once for all of them. Teams of TS lanes (16-byte vectors across the head dim)
+// walk the split's keys AT_DEC_UNROLL at a time, all loads of a step in flight together; each
+// team keeps its own online softmax (max, sum, P V accumulator per query) in registers, so the key
+// loop has no block barrier. The teams are combined in shared memory at the end. With one split
+// the block writes the normalised output; otherwise unnormalised partial sums with their max and
+// sum, merged by at_merge.
+// ---------------------------------------------------------------------------------------------
+
+// Keys one team reads per step (fewer with many queries of wide rows: registers).
+#define AT_DEC_UNROLL(NQ, EPL) ((NQ) * (EPL) >= 64 ? 2 : 4)
 
 template <typename T, int D>
 struct at_dec_shape {
@@ -264,33 +744,41 @@ struct at_dec_shape {
     static constexpr int NVL = (NV + VPL - 1) / VPL;   // lanes needed
     static constexpr int TS = NVL <= 4 ? 4 : NVL <= 8 ? 8 : NVL <= 16 ? 16 : 32;  // team size
     static constexpr int EPL = VPL * VEC;              // elements per lane
+    static constexpr int NTEAM = AT_THREADS / TS;
 };
 
-template <typename T, int D>
+// 16 bytes of T (as raw words) to floats.
+template <typename T, int V>
+__device__ __forceinline__ void at_unpack(const uint4& u, float* dst) {
+    const T* t = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int e = 0; e < V; ++e) dst[e] = rk_to_compute(t[e]);
+}
+
+template <typename T, int D, int NQ>
 __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restrict__ q,
                                           const T* __restrict__ k, const T* __restrict__ v,
                                           const T* __restrict__ mask, T* __restrict__ o,
                                           float* __restrict__ part) {
     typedef at_dec_shape<T, D> S;
     constexpr int VEC = S::VEC, VPL = S::VPL, TS = S::TS, EPL = S::EPL, NV = S::NV;
-    __shared__ float logits[AT_DEC_MAXQ * AT_DEC_CHUNK];
-    __shared__ float red[AT_THREADS * EPL];
-    __shared__ float sm_alpha[AT_DEC_MAXQ], sm_m[AT_DEC_MAXQ], sm_l[AT_DEC_MAXQ];
+    constexpr int NTEAM = S::NTEAM, U = AT_DEC_UNROLL(NQ, EPL);
+    __shared__ float red[NTEAM * D];
+    __shared__ float team_m[NTEAM * NQ], team_l[NTEAM * NQ];
 
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, tl = tid % TS, te = tid / TS;
     const i64 g = p.hq / p.hkv;
-    const i64 slices = (p.sq * g + AT_DEC_MAXQ - 1) / AT_DEC_MAXQ;
+    const i64 slices = (p.sq * g + NQ - 1) / NQ;
     const i64 hk = blockIdx.y / slices, slice = blockIdx.y % slices;
     const u32 b = blockIdx.z;
-    const i64 flat0 = slice * AT_DEC_MAXQ;
-    const int nq = (int)((p.sq * g - flat0) < AT_DEC_MAXQ ? (p.sq * g - flat0) : AT_DEC_MAXQ);
-    const int nqp = nq <= 1 ? 1 : nq <= 2 ? 2 : nq <= 4 ? 4 : 8;
+    const i64 flat0 = slice * NQ;
+    const int nq = (int)((p.sq * g - flat0) < NQ ? (p.sq * g - flat0) : NQ);
     const i64 sk = p.sk, shift = p.sk - p.sq;
 
-    // Query (row i, head h) of slot qi.
-    i64 qi_row[AT_DEC_MAXQ], qi_head[AT_DEC_MAXQ];
+    // Query (row i, head h) of slot qi; padding slots repeat slot 0 and are never written.
+    i64 qi_row[NQ], qi_head[NQ];
 #pragma unroll
-    for (int qi = 0; qi < AT_DEC_MAXQ; ++qi) {
+    for (int qi = 0; qi < NQ; ++qi) {
         const i64 flat = flat0 + (qi < nq ? qi : 0);
         qi_row[qi] = flat / g;
         qi_head[qi] = hk * g + flat % g;
@@ -305,12 +793,10 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
         c_end = c_end < hi ? c_end : hi;
     }
 
-    // Team role (logits): lane tl of team te; the lane's query slice in registers.
-    const int tl = tid % TS, te = tid / TS;
-    constexpr int NTEAM = AT_THREADS / TS;
-    float qr[AT_DEC_MAXQ][EPL];
+    // The lane's slice of every query, in registers.
+    float qr[NQ][EPL];
 #pragma unroll
-    for (int qi = 0; qi < AT_DEC_MAXQ; ++qi)
+    for (int qi = 0; qi < NQ; ++qi)
 #pragma unroll
         for (int u = 0; u < VPL; ++u) {
             const int vi = tl + TS * u;
@@ -323,133 +809,128 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
             }
         }
 
-    // Accumulator role (P V): key group kg, query qq, row lane vl.
-    const int vl = tid % TS, qq = (tid / TS) % nqp, kg = tid / (TS * nqp);
-    const int n_kg = AT_THREADS / (TS * nqp);
-    float acc[EPL];
+    float m[NQ], l[NQ], acc[NQ][EPL];
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) acc[e] = 0.0f;
-    if (tid < AT_DEC_MAXQ) {
-        sm_m[tid] = AT_NEG_INF;
-        sm_l[tid] = 0.0f;
+    for (int qi = 0; qi < NQ; ++qi) {
+        m[qi] = AT_NEG_INF;
+        l[qi] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) acc[qi][e] = 0.0f;
     }
 
     const T* kb = k + (i64)b * p.k_sb + hk * p.k_sh;
     const T* vb = v + (i64)b * p.v_sb + hk * p.v_sh;
-    for (i64 c0 = c_begin; c0 < c_end; c0 += AT_DEC_CHUNK) {
-        const int n = (int)(c_end - c0 < AT_DEC_CHUNK ? c_end - c0 : AT_DEC_CHUNK);
-        __syncthreads();  // the previous chunk's P V readers are done with logits
-        // Logits: every lane runs the same trip count (shuffles need the whole warp).
-        for (int jb = 0; jb < n; jb += NTEAM) {
-            const int jj = jb + te;
-            const bool valid = jj < n;
-            float kv[EPL];
+    // Every lane of the block runs the same trip count: the shuffles need the whole warp (on
+    // NVIDIA they are full-warp *_sync calls), and a warp holds several teams.
+    for (i64 jb = c_begin; jb < c_end; jb += (i64)NTEAM * U) {
+        const i64 j = jb + (i64)te * U;
+        uint4 kr[U][VPL], vr[U][VPL];
 #pragma unroll
-            for (int u = 0; u < VPL; ++u) {
-                const int vi = tl + TS * u;
-                if (valid && vi < NV) {
-                    at_load_vec<T, VEC>(kb + (c0 + jj) * p.k_ss + vi * VEC, &kv[u * VEC]);
-                } else {
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-                    for (int e = 0; e < VEC; ++e) kv[u * VEC + e] = 0.0f;
-                }
+            for (int w = 0; w < VPL; ++w) {
+                const int vi = tl + TS * w;
+                const bool valid = j + u < c_end && vi < NV;
+                kr[u][w] = valid ? *(const uint4*)(kb + (j + u) * p.k_ss + vi * VEC)
+                                 : make_uint4(0u, 0u, 0u, 0u);
+                vr[u][w] = valid ? *(const uint4*)(vb + (j + u) * p.v_ss + vi * VEC)
+                                 : make_uint4(0u, 0u, 0u, 0u);
             }
+        float s[NQ][U];
 #pragma unroll
-            for (int qi = 0; qi < AT_DEC_MAXQ; ++qi) {
-                if (qi >= nq) break;
+        for (int u = 0; u < U; ++u) {
+            float kf[EPL];
+#pragma unroll
+            for (int w = 0; w < VPL; ++w) at_unpack<T, VEC>(kr[u][w], &kf[w * VEC]);
+#pragma unroll
+            for (int qi = 0; qi < NQ; ++qi) {
                 float dot = 0.0f;
 #pragma unroll
-                for (int e = 0; e < EPL; ++e) dot += qr[qi][e] * kv[e];
+                for (int e = 0; e < EPL; ++e) dot += qr[qi][e] * kf[e];
 #pragma unroll
                 for (int off = TS / 2; off > 0; off >>= 1) dot += __shfl_xor(dot, off);
-                if (valid && tl == 0) {
-                    const i64 i = qi_row[qi], j = c0 + jj;
-                    const bool seen = j >= at_key_lo(p, i, shift) && j < at_key_hi(p, i, shift, sk);
-                    float mv = 0.0f;
-                    if (seen && mask != nullptr)
-                        mv = rk_to_compute(mask[(i64)b * p.m_sb + qi_head[qi] * p.m_sh +
-                                                i * p.m_sq + j * p.m_sk]);
-                    logits[qi * AT_DEC_CHUNK + jj] = seen ? at_logit(p, dot, mv) : AT_NEG_INF;
-                }
+                const i64 i = qi_row[qi], jj = j + u;
+                const bool seen = jj < c_end && jj >= at_key_lo(p, i, shift) &&
+                                  jj < at_key_hi(p, i, shift, sk);
+                float mv = 0.0f;
+                if (seen && mask != nullptr)
+                    mv = rk_to_compute(
+                        mask[(i64)b * p.m_sb + qi_head[qi] * p.m_sh + i * p.m_sq + jj * p.m_sk]);
+                s[qi][u] = seen ? at_logit(p, dot, mv) : AT_NEG_INF;
             }
         }
-        __syncthreads();
-        // Softmax statistics: 32 lanes per query.
-        {
-            const int qs = tid / 32, lane = tid % 32;
-            if (qs < nq) {
-                float mx = AT_NEG_INF;
-                for (int jj = lane; jj < n; jj += 32) mx = fmaxf(mx, logits[qs * AT_DEC_CHUNK + jj]);
 #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor(mx, off));
-                const float m_old = sm_m[qs];
-                const float m_new = fmaxf(m_old, mx);
-                const float base = m_new == AT_NEG_INF ? 0.0f : m_new;
-                float sum = 0.0f;
-                for (int jj = lane; jj < n; jj += 32) {
-                    const float pj = exp2f(logits[qs * AT_DEC_CHUNK + jj] - base);
-                    logits[qs * AT_DEC_CHUNK + jj] = pj;
-                    sum += pj;
-                }
+        for (int qi = 0; qi < NQ; ++qi) {
+            float mx = m[qi];
 #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor(sum, off);
-                if (lane == 0) {
-                    const float alpha = exp2f(m_old - base);
-                    sm_alpha[qs] = alpha;
-                    sm_l[qs] = sm_l[qs] * alpha + sum;
-                    sm_m[qs] = m_new;
-                }
-            }
+            for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[qi][u]);
+            const float base = mx == AT_NEG_INF ? 0.0f : mx;
+            const float alpha = exp2f(m[qi] - base);
+            m[qi] = mx;
+            l[qi] *= alpha;
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) acc[qi][e] *= alpha;
+#pragma unroll
+            for (int u = 0; u < U; ++u) s[qi][u] = exp2f(s[qi][u] - base);
+#pragma unroll
+            for (int u = 0; u < U; ++u) l[qi] += s[qi][u];
         }
-        __syncthreads();
-        // P V.
-        if (qq < nq) {
-            const float alpha = sm_alpha[qq];
 #pragma unroll
-            for (int e = 0; e < EPL; ++e) acc[e] *= alpha;
-            for (int jj = kg; jj < n; jj += n_kg) {
-                const float pj = logits[qq * AT_DEC_CHUNK + jj];
-                if (pj == 0.0f) continue;
+        for (int u = 0; u < U; ++u) {
+            float vf[EPL];
 #pragma unroll
-                for (int u = 0; u < VPL; ++u) {
-                    const int vi = vl + TS * u;
-                    if (vi < NV) {
-                        float vv[VEC];
-                        at_load_vec<T, VEC>(vb + (c0 + jj) * p.v_ss + vi * VEC, vv);
+            for (int w = 0; w < VPL; ++w) at_unpack<T, VEC>(vr[u][w], &vf[w * VEC]);
 #pragma unroll
-                        for (int e = 0; e < VEC; ++e) acc[u * VEC + e] += pj * vv[e];
-                    }
-                }
-            }
+            for (int qi = 0; qi < NQ; ++qi)
+#pragma unroll
+                for (int e = 0; e < EPL; ++e) acc[qi][e] += s[qi][u] * vf[e];
         }
     }
 
-    // Reduce the key groups, then write.
-    __syncthreads();
+    // Combine the teams: per query, the block's max, each team's share rescaled to it, summed.
+    if (tl == 0) {
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) red[tid * EPL + e] = acc[e];
-    __syncthreads();
-    const bool single = gridDim.x == 1;
-    for (int idx = tid; idx < nq * D; idx += AT_THREADS) {
-        const int qi = idx / D, d = idx % D;
-        const int u = (d / VEC) / TS, lane = (d / VEC) % TS, e = u * VEC + d % VEC;
-        float sum = 0.0f;
-        for (int g2 = 0; g2 < n_kg; ++g2) {
-            const int t = (g2 * nqp + qi) * TS + lane;
-            sum += red[t * EPL + e];
+        for (int qi = 0; qi < NQ; ++qi) {
+            team_m[te * NQ + qi] = m[qi];
+            team_l[te * NQ + qi] = l[qi];
         }
-        const i64 row = qi_row[qi < nq ? qi : 0], head = qi_head[qi < nq ? qi : 0];
-        if (single) {
-            const float l = sm_l[qi];
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            o[(i64)b * p.o_sb + row * p.o_ss + head * p.o_sh + d] = rk_from_compute<T>(sum * inv);
-        } else {
-            const i64 prow = ((i64)blockIdx.x * p.splits_rows) + ((i64)b * p.hq + head) * p.sq + row;
-            part[prow * D + d] = sum;
-            if (d == 0) {
-                float* stats = part + p.splits_rows * (i64)gridDim.x * D;
-                stats[2 * prow] = sm_m[qi];
-                stats[2 * prow + 1] = sm_l[qi];
+    }
+    const bool single = gridDim.x == 1;
+#pragma unroll
+    for (int qi = 0; qi < NQ; ++qi) {
+        if (qi >= nq) break;
+        __syncthreads();  // team stats written; the previous query's readers are done with red
+        float mx = AT_NEG_INF;
+        for (int t = 0; t < NTEAM; ++t) mx = fmaxf(mx, team_m[t * NQ + qi]);
+        const float base = mx == AT_NEG_INF ? 0.0f : mx;
+        const float f = exp2f(m[qi] - base);
+#pragma unroll
+        for (int w = 0; w < VPL; ++w) {
+            const int vi = tl + TS * w;
+            if (vi < NV) {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) red[te * D + vi * VEC + e] = acc[qi][w * VEC + e] * f;
+            }
+        }
+        __syncthreads();
+        float lsum = 0.0f;
+        for (int t = 0; t < NTEAM; ++t) lsum += team_l[t * NQ + qi] * exp2f(team_m[t * NQ + qi] - base);
+        const i64 row = qi_row[qi], head = qi_head[qi];
+        for (int d = tid; d < D; d += AT_THREADS) {
+            float sum = 0.0f;
+            for (int t = 0; t < NTEAM; ++t) sum += red[t * D + d];
+            if (single) {
+                const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+                o[(i64)b * p.o_sb + row * p.o_ss + head * p.o_sh + d] = rk_from_compute<T>(sum * inv);
+            } else {
+                const i64 prow =
+                    ((i64)blockIdx.x * p.splits_rows) + ((i64)b * p.hq + head) * p.sq + row;
+                part[prow * D + d] = sum;
+                if (d == 0) {
+                    float* stats = part + p.splits_rows * (i64)gridDim.x * D;
+                    stats[2 * prow] = mx;
+                    stats[2 * prow + 1] = lsum;
+                }
             }
         }
     }
@@ -487,12 +968,18 @@ __device__ __forceinline__ void at_merge(const AttnParams& p, i64 splits,
                                  u32* err) {                                                     \
         at_prefill<T, D, BM, BN>(p, q, k, v, mask, cu_q, cu_k, o, err);                          \
     }
-#define AT_DECODE(TN, T, D)                                                                      \
+#define AT_DECODE_NQ(TN, T, D, NQ)                                                               \
     RK_KERNEL void __launch_bounds__(AT_THREADS)                                                 \
-        attn_decode_##TN##_d##D(AttnParams p, const T* q, const T* k, const T* v,                \
-                                const T* mask, T* o, float* part) {                              \
-        at_decode<T, D>(p, q, k, v, mask, o, part);                                              \
-    }                                                                                            \
+        attn_decode_##TN##_d##D##_q##NQ(AttnParams p, const T* q, const T* k, const T* v,        \
+                                        const T* mask, T* o, float* part) {                      \
+        at_decode<T, D, NQ>(p, q, k, v, mask, o, part);                                          \
+    }
+// Decode kernels for 1, 4 and 8 queries per block (mirrored by `decode_queries` in
+// attention.rs), and the merge.
+#define AT_DECODE(TN, T, D)                                                                      \
+    AT_DECODE_NQ(TN, T, D, 1)                                                                    \
+    AT_DECODE_NQ(TN, T, D, 4)                                                                    \
+    AT_DECODE_NQ(TN, T, D, 8)                                                                    \
     RK_KERNEL void __launch_bounds__(AT_THREADS)                                                 \
         attn_merge_##TN##_d##D(AttnParams p, i64 splits, const float* part, T* o) {              \
         at_merge<T, D>(p, splits, part, o);                                                      \
@@ -535,3 +1022,18 @@ AT_DECODE(f32, f32, 80)
 AT_DECODE(f32, f32, 96)
 AT_DECODE(f32, f32, 128)
 AT_DECODE(f32, f32, 256)
+
+// The matrix-instruction prefill, on targets that have the instructions (mirrored by
+// `MMA_HEAD_DIMS` and `mma_key_tile` in attention.rs).
+#if RK_MMA != 0
+AT_PREFILL_MMA(bf16, bf16, 32, AT_MMA_BN)
+AT_PREFILL_MMA(bf16, bf16, 64, AT_MMA_BN)
+AT_PREFILL_MMA(bf16, bf16, 80, AT_MMA_BN)
+AT_PREFILL_MMA(bf16, bf16, 96, AT_MMA_BN)
+AT_PREFILL_MMA(bf16, bf16, 128, AT_MMA_BN)
+AT_PREFILL_MMA(f16, f16, 32, AT_MMA_BN)
+AT_PREFILL_MMA(f16, f16, 64, AT_MMA_BN)
+AT_PREFILL_MMA(f16, f16, 80, AT_MMA_BN)
+AT_PREFILL_MMA(f16, f16, 96, AT_MMA_BN)
+AT_PREFILL_MMA(f16, f16, 128, AT_MMA_BN)
+#endif

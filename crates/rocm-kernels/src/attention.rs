@@ -22,6 +22,8 @@ use crate::elementwise::{check_operand, function, layout_err};
 use crate::error::Result;
 use crate::indexing::IndexErrorFlag;
 
+mod selfcheck;
+
 /// Why other dtypes are refused.
 const FLOAT_REASON: &str = "fused attention takes f32, f16 or bf16 (f32 arithmetic)";
 /// The kernel module.
@@ -32,12 +34,21 @@ const THREADS: u32 = 256;
 pub const HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
 /// Query rows up to which the split-key decode kernel is used (non-varlen).
 pub const DECODE_MAX_SEQ_Q: usize = 8;
-/// Queries (q heads sharing a kv head, times rows) one decode block carries (`AT_DEC_MAXQ`).
-const DECODE_MAX_QUERIES: usize = 8;
+/// Queries (q heads sharing a kv head, times rows) one decode block carries: the decode kernels
+/// come in these widths (`attn_decode_*_q{1,4,8}`).
+const DECODE_QUERIES: [usize; 3] = [1, 4, 8];
 /// Fewest keys per decode split.
-const DECODE_MIN_KEYS_PER_SPLIT: usize = 128;
+const DECODE_MIN_KEYS_PER_SPLIT: usize = 256;
+/// Decode blocks aimed for per multiprocessor (several, so that the last wave is short).
+const DECODE_BLOCKS_PER_SM: usize = 4;
 /// Most decode splits.
 const DECODE_MAX_SPLITS: usize = 256;
+/// Head dims with matrix-instruction prefill kernels (f16 and bf16).
+pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
+/// Query rows per block of the matrix-instruction prefill (`AT_MMA_BM`: 4 waves x 16 rows).
+const MMA_BLOCK_ROWS: usize = 64;
+/// Waves per block of the matrix-instruction prefill (`AT_MMA_WAVES`).
+const MMA_WAVES: u32 = 4;
 
 /// The problem's sizes. For variable-length batches, `seq_q`/`seq_k` are the longest sequences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +78,23 @@ pub struct AttnOptions {
     pub window_left: Option<usize>,
     /// Keys at most this far right of the diagonal are seen (`None`: all; causal is `Some(0)`).
     pub window_right: Option<usize>,
+    /// Which prefill kernels run (decode, up to [`DECODE_MAX_SEQ_Q`] query rows, has one kind).
+    pub kernel: AttnKernel,
+}
+
+/// The prefill kernel family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttnKernel {
+    /// The matrix-instruction kernels where the device has them (MFMA on CDNA2/3, WMMA on
+    /// RDNA3/4, mma on NVIDIA sm_80+), for f16/bf16 and [`MMA_HEAD_DIMS`], once they agree with
+    /// the portable kernels on a small problem at first use on the device (see
+    /// [`matrix_prefill_verdict`]); otherwise the portable kernels.
+    #[default]
+    Auto,
+    /// The portable kernels (every target, dtype and head dim).
+    Portable,
+    /// The matrix-instruction kernels without the first-use check; an error where there are none.
+    Matrix,
 }
 
 impl AttnOptions {
@@ -77,6 +105,7 @@ impl AttnOptions {
             softcap: None,
             window_left: None,
             window_right: causal.then_some(0),
+            kernel: AttnKernel::Auto,
         }
     }
 }
@@ -402,20 +431,20 @@ pub fn attention<T: KernelDType>(
     if sq <= DECODE_MAX_SEQ_Q {
         return decode(stream, shape, p, q, k, v, mask_arg, out);
     }
-    let (bm, _) = prefill_tile(es, d);
-    let config = LaunchConfig {
-        grid: [
-            grid_dim(op, "query tiles", sq.div_ceil(bm), i32::MAX as usize)?,
-            grid_dim(op, "query heads", shape.heads_q, 65_535)?,
-            grid_dim(op, "batch", b, 65_535)?,
-        ],
-        block: [THREADS, 1, 1],
-        shared_mem_bytes: 0,
-    };
-    let f = function(stream, MODULE, &format!("attn_prefill_{}_d{d}", T::NAME))?;
+    let kind = prefill_kind::<T>(stream, op, opts.kernel, d)?;
     let no_cu = OptArg::<u32>(None);
+    let launch = PrefillLaunch {
+        op,
+        kind,
+        elem_bytes: es,
+        d,
+        seq_q: sq,
+        heads_q: shape.heads_q,
+        batch: b,
+    };
+    let f = launch.function::<T>(stream)?;
     let builder = f
-        .builder(stream, config)
+        .builder(stream, launch.config(stream)?)
         .arg(ParamsArg(p))
         .arg(q.data)
         .arg(k.data)
@@ -424,12 +453,116 @@ pub fn attention<T: KernelDType>(
         .arg(no_cu)
         .arg(OptArg::<u32>(None))
         .arg(&mut *out.data);
-    // SAFETY: (AttnParams p, const T* q, k, v, mask, const u32* cu_q, cu_k, T* o, u32* err):
-    // every element the kernel reads or writes lies within the (batch, rows, heads, head_dim)
-    // extents checked above for each operand and the mask; without offsets the error record is
-    // never touched (null).
+    // SAFETY: (AttnParams p, const T* q, k, v, mask, const u32* cu_q, cu_k, T* o, u32* err), the
+    // same for both kernel kinds: every element the kernel reads or writes lies within the
+    // (batch, rows, heads, head_dim) extents checked above for each operand and the mask;
+    // without offsets the error record is never touched (null).
     unsafe { builder.arg(NullPtr).launch()? };
     Ok(())
+}
+
+/// The prefill kernels `choice` selects for T and head dim `d` on the stream's device.
+fn prefill_kind<T: KernelDType>(
+    stream: &Stream,
+    op: &str,
+    choice: AttnKernel,
+    d: usize,
+) -> Result<PrefillKind> {
+    let has_matrix_kernels = T::NAME != "f32" && MMA_HEAD_DIMS.contains(&d);
+    match choice {
+        AttnKernel::Portable => Ok(PrefillKind::Portable),
+        AttnKernel::Auto if !has_matrix_kernels => Ok(PrefillKind::Portable),
+        AttnKernel::Auto => Ok(if selfcheck::verdict::<T>(stream, d)? {
+            PrefillKind::Matrix
+        } else {
+            PrefillKind::Portable
+        }),
+        AttnKernel::Matrix if !has_matrix_kernels => Err(layout_err(
+            op,
+            format!(
+                "the matrix-instruction kernels take f16 or bf16 with head dims \
+                 {MMA_HEAD_DIMS:?}, got {} with head dim {d}",
+                T::NAME
+            ),
+        )),
+        AttnKernel::Matrix => Ok(PrefillKind::Matrix),
+    }
+}
+
+/// Whether the matrix-instruction prefill of T (f16 or bf16) and head dim `d` is used on the
+/// stream's device by [`AttnKernel::Auto`]: false where the target has no such kernels or where
+/// they disagreed with the portable kernels on a small known problem, run once per (device,
+/// dtype, head dim) at first use (one warning, to stderr, names the difference). The check
+/// synchronises the stream once.
+pub fn matrix_prefill_verdict<T: KernelDType>(stream: &Stream, head_dim: usize) -> Result<bool> {
+    if T::NAME == "f32" || !MMA_HEAD_DIMS.contains(&head_dim) {
+        return Ok(false);
+    }
+    selfcheck::verdict::<T>(stream, head_dim)
+}
+
+/// The two prefill kernel kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PrefillKind {
+    Portable,
+    Matrix,
+}
+
+/// One prefill launch's kernel and grid.
+struct PrefillLaunch<'a> {
+    op: &'a str,
+    kind: PrefillKind,
+    elem_bytes: usize,
+    d: usize,
+    seq_q: usize,
+    heads_q: usize,
+    batch: usize,
+}
+
+impl PrefillLaunch<'_> {
+    fn name(&self, dtype: &str) -> String {
+        match self.kind {
+            PrefillKind::Portable => format!("attn_prefill_{dtype}_d{}", self.d),
+            PrefillKind::Matrix => format!("attn_prefill_mma_{dtype}_d{}", self.d),
+        }
+    }
+
+    fn function<T: KernelDType>(&self, stream: &Stream) -> Result<hip_core::Function> {
+        function(stream, MODULE, &self.name(T::NAME))
+    }
+
+    fn config(&self, stream: &Stream) -> Result<LaunchConfig> {
+        let (rows, threads) = match self.kind {
+            PrefillKind::Portable => (prefill_tile(self.elem_bytes, self.d).0, THREADS),
+            PrefillKind::Matrix => {
+                let wave = stream.device().properties().warp_size.max(1);
+                (MMA_BLOCK_ROWS, MMA_WAVES * wave)
+            }
+        };
+        Ok(LaunchConfig {
+            grid: [
+                grid_dim(
+                    self.op,
+                    "query tiles",
+                    self.seq_q.max(1).div_ceil(rows),
+                    i32::MAX as usize,
+                )?,
+                grid_dim(self.op, "query heads", self.heads_q, 65_535)?,
+                grid_dim(self.op, "batch", self.batch, 65_535)?,
+            ],
+            block: [threads, 1, 1],
+            shared_mem_bytes: 0,
+        })
+    }
+}
+
+/// The narrowest decode kernel width that carries `queries` (q heads of a kv head x rows) in one
+/// block, or the widest (several blocks, "slices", share the kv head).
+fn decode_queries(queries: usize) -> usize {
+    DECODE_QUERIES
+        .into_iter()
+        .find(|&w| w >= queries)
+        .unwrap_or(DECODE_QUERIES[DECODE_QUERIES.len() - 1])
 }
 
 /// The split-key decode path and, with several splits, the merge.
@@ -447,10 +580,11 @@ fn decode<T: KernelDType>(
     let op = "flash_attn";
     let d = shape.head_dim;
     let group = shape.heads_q / shape.heads_kv;
-    let slices = (shape.seq_q * group).div_ceil(DECODE_MAX_QUERIES);
+    let nq = decode_queries(shape.seq_q * group);
+    let slices = (shape.seq_q * group).div_ceil(nq);
     let blocks = shape.batch * shape.heads_kv * slices;
     let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
-    let splits = (2 * sms)
+    let splits = (DECODE_BLOCKS_PER_SM * sms)
         .div_ceil(blocks)
         .min(shape.seq_k.div_ceil(DECODE_MIN_KEYS_PER_SPLIT))
         .clamp(1, DECODE_MAX_SPLITS);
@@ -479,7 +613,11 @@ fn decode<T: KernelDType>(
     } else {
         None
     };
-    let f = function(stream, MODULE, &format!("attn_decode_{}_d{d}", T::NAME))?;
+    let f = function(
+        stream,
+        MODULE,
+        &format!("attn_decode_{}_d{d}_q{nq}", T::NAME),
+    )?;
     let builder = f
         .builder(stream, config)
         .arg(ParamsArg(p))
@@ -609,25 +747,20 @@ pub fn attention_varlen<T: KernelDType>(
     }
     // Rows of sequences with bad offsets are not written: start from zeros.
     out.data.memset_async(0)?;
-    let (bm, _) = prefill_tile(es, d);
-    let config = LaunchConfig {
-        grid: [
-            grid_dim(
-                op,
-                "query tiles",
-                shape.seq_q.max(1).div_ceil(bm),
-                i32::MAX as usize,
-            )?,
-            grid_dim(op, "query heads", shape.heads_q, 65_535)?,
-            grid_dim(op, "batch", shape.batch, 65_535)?,
-        ],
-        block: [THREADS, 1, 1],
-        shared_mem_bytes: 0,
+    let kind = prefill_kind::<T>(stream, op, opts.kernel, d)?;
+    let launch = PrefillLaunch {
+        op,
+        kind,
+        elem_bytes: es,
+        d,
+        seq_q: shape.seq_q,
+        heads_q: shape.heads_q,
+        batch: shape.batch,
     };
     let flag_arg = flag.arg(op, stream)?;
-    let f = function(stream, MODULE, &format!("attn_prefill_{}_d{d}", T::NAME))?;
+    let f = launch.function::<T>(stream)?;
     let builder = f
-        .builder(stream, config)
+        .builder(stream, launch.config(stream)?)
         .arg(ParamsArg(p))
         .arg(q.data)
         .arg(k.data)
@@ -673,13 +806,33 @@ mod tests {
                     src.contains(&format!("AT_DECODE({t}, {t}, {d})")),
                     "{t} d{d}"
                 );
+                if t != "f32" && MMA_HEAD_DIMS.contains(&d) {
+                    assert!(
+                        src.contains(&format!("AT_PREFILL_MMA({t}, {t}, {d}, AT_MMA_BN)")),
+                        "{t} d{d}: no matrix-instruction kernel"
+                    );
+                }
             }
         }
         assert!(src.contains(&format!(
             "#define AT_ERR_VARLEN {}u",
             crate::indexing::IndexOp::AttentionSeqlens.code()
         )));
-        assert!(src.contains(&format!("#define AT_DEC_MAXQ {DECODE_MAX_QUERIES}")));
+        for w in DECODE_QUERIES {
+            assert!(src.contains(&format!("AT_DECODE_NQ(TN, T, D, {w})")));
+        }
+        assert!(src.contains(&format!("#define AT_MMA_WAVES {MMA_WAVES}")));
+        assert!(src.contains("#define AT_MMA_BM (16 * AT_MMA_WAVES)\n"));
+        assert_eq!(MMA_BLOCK_ROWS, 16 * MMA_WAVES as usize);
+    }
+
+    #[test]
+    fn decode_width_is_the_narrowest_that_fits() {
+        assert_eq!(decode_queries(1), 1);
+        assert_eq!(decode_queries(2), 4);
+        assert_eq!(decode_queries(4), 4);
+        assert_eq!(decode_queries(5), 8);
+        assert_eq!(decode_queries(64), 8);
     }
 
     #[test]

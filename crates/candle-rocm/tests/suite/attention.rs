@@ -10,10 +10,13 @@
 //!   place; unaligned: copied), a split-key decode over 16k keys; batches above one;
 //! * variable-length batches, with bad offsets reported as a typed error;
 //! * empty problems, and bad input (head dims, head ratios, shapes, masks, dtypes) as typed
-//!   errors. Outputs land in memory the caching allocator has just held NaN in.
+//!   errors. Outputs land in memory the caching allocator has just held NaN in;
+//! * every prefill case of f16/bf16 with a matrix-instruction head dim runs on both kernel
+//!   families (portable and matrix-instruction, the latter forced, without the first-use check),
+//!   and the first-use check itself passes on the device.
 
 use super::*;
-use candle_rocm::attention::{self, AttnLayout, AttnOptions, HEAD_DIMS};
+use candle_rocm::attention::{self, AttnKernel, AttnLayout, AttnOptions, HEAD_DIMS, MMA_HEAD_DIMS};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Store {
@@ -66,6 +69,7 @@ fn problem(
             softcap: None,
             window_left: None,
             window_right: None,
+            kernel: AttnKernel::Portable,
         },
         order: AttnLayout::Bshd,
         store: Store::Contiguous,
@@ -330,23 +334,6 @@ fn run(dev: &RocmDevice, p: &Problem) {
         let (mh, m) = (*mh, m.clone());
         move |bi: usize, h: usize, i: usize, j: usize| m[((bi * mh + h % mh) * sq + i) * sk + j]
     });
-    poison(dev, b * sq * hq * d * 4);
-    let (out, shape) = attention::attention(
-        "flash_attn",
-        p.order,
-        (&qs, &ql),
-        (&ks, &kl),
-        (&vs, &vl),
-        mask_dev.as_ref().map(|(s, l)| (s, l)),
-        &p.params,
-    )
-    .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let want_dims = match p.order {
-        AttnLayout::Bshd => vec![b, sq, hq, d],
-        AttnLayout::Bhsd => vec![b, hq, sq, d],
-    };
-    assert_eq!(shape.dims(), want_dims.as_slice(), "{name}");
-    let got = logical_out(p, values_f64(&out.to_cpu_storage().unwrap()));
     let mut want = vec![0.0; b * sq * hq * d];
     for bi in 0..b {
         let qb = &q[bi * sq * hq * d..][..sq * hq * d];
@@ -358,7 +345,39 @@ fn run(dev: &RocmDevice, p: &Problem) {
             .map(|f| f as &dyn Fn(usize, usize, usize, usize) -> f64);
         reference(p, qb, kb, vb, m, (sq, sk), (0, 0, bi), ob);
     }
-    compare_attn(&name, p.dtype, &got, &want);
+    let want_dims = match p.order {
+        AttnLayout::Bshd => vec![b, sq, hq, d],
+        AttnLayout::Bhsd => vec![b, hq, sq, d],
+    };
+    let prefill = sq > rocm_kernels::attention::DECODE_MAX_SEQ_Q;
+    for kernel in kernels_for(p.dtype, d, prefill) {
+        let name = format!("{name} {kernel:?}");
+        let params = AttnOptions { kernel, ..p.params };
+        poison(dev, b * sq * hq * d * 4);
+        let (out, shape) = attention::attention(
+            "flash_attn",
+            p.order,
+            (&qs, &ql),
+            (&ks, &kl),
+            (&vs, &vl),
+            mask_dev.as_ref().map(|(s, l)| (s, l)),
+            &params,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(shape.dims(), want_dims.as_slice(), "{name}");
+        let got = logical_out(p, values_f64(&out.to_cpu_storage().unwrap()));
+        compare_attn(&name, p.dtype, &got, &want);
+    }
+}
+
+/// The prefill kernel families a case runs on: the portable kernels, and the matrix-instruction
+/// kernels where they exist for the dtype and head dim.
+fn kernels_for(dtype: DType, d: usize, prefill: bool) -> Vec<AttnKernel> {
+    let mut k = vec![AttnKernel::Portable];
+    if prefill && matches!(dtype, DType::F16 | DType::BF16) && MMA_HEAD_DIMS.contains(&d) {
+        k.push(AttnKernel::Matrix);
+    }
+    k
 }
 
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -551,19 +570,6 @@ fn varlen_case(
         .unwrap();
     let maxq = lens.iter().map(|l| l.0).max().unwrap_or(0);
     let maxk = lens.iter().map(|l| l.1).max().unwrap_or(0);
-    poison(dev, tq * hq * d * 4);
-    let (out, shape) = attention::attention_varlen(
-        (&qs, &ql),
-        (&ks, &kl),
-        (&vs, &vl),
-        (&cqs, &cl),
-        (&cks, &cl),
-        (maxq, maxk),
-        &params,
-    )
-    .unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(shape.dims(), &[tq, hq, d], "{name}");
-    let got = values_f64(&out.to_cpu_storage().unwrap());
     let mut want = vec![0.0; tq * hq * d];
     let p = Problem {
         params,
@@ -581,7 +587,54 @@ fn varlen_case(
             &mut want,
         );
     }
-    compare_attn(&name, dtype, &got, &want);
+    for kernel in kernels_for(dtype, d, true) {
+        let name = format!("{name} {kernel:?}");
+        poison(dev, tq * hq * d * 4);
+        let (out, shape) = attention::attention_varlen(
+            (&qs, &ql),
+            (&ks, &kl),
+            (&vs, &vl),
+            (&cqs, &cl),
+            (&cks, &cl),
+            (maxq, maxk),
+            &AttnOptions { kernel, ..params },
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(shape.dims(), &[tq, hq, d], "{name}");
+        let got = values_f64(&out.to_cpu_storage().unwrap());
+        compare_attn(&name, dtype, &got, &want);
+    }
+}
+
+/// The first-use check of the matrix-instruction prefill agrees with the portable kernels on
+/// this device for every dtype and head dim that has the kernels (NVIDIA sm_80+ here; on AMD,
+/// CDNA2/3 and RDNA3/4), so that [`AttnKernel::Auto`] uses them.
+#[test]
+#[ignore = "needs a GPU"]
+fn attention_matrix_prefill_passes_its_first_use_check() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let arch = dev.hip_device().arch().to_string();
+    let expect_kernels = arch
+        .strip_prefix("sm_")
+        .and_then(|cc| cc.parse::<u32>().ok())
+        .is_some_and(|cc| cc >= 80)
+        || ["gfx90a", "gfx942", "gfx950", "gfx11", "gfx12"]
+            .iter()
+            .any(|a| arch.starts_with(a));
+    for d in MMA_HEAD_DIMS {
+        let bf = attention::matrix_prefill_verdict::<half::bf16>(dev.stream(), d).unwrap();
+        let h = attention::matrix_prefill_verdict::<half::f16>(dev.stream(), d).unwrap();
+        println!("{arch} d{d}: matrix prefill bf16 {bf}, f16 {h}");
+        if expect_kernels {
+            assert!(
+                bf && h,
+                "{arch} d{d}: the matrix-instruction prefill failed its check"
+            );
+        }
+    }
+    // f32 and head dim 256 have no matrix-instruction kernels: never used.
+    assert!(!attention::matrix_prefill_verdict::<f32>(dev.stream(), 128).unwrap());
+    assert!(!attention::matrix_prefill_verdict::<half::bf16>(dev.stream(), 256).unwrap());
 }
 
 #[test]
@@ -593,6 +646,7 @@ fn attention_varlen() {
         softcap: None,
         window_left: None,
         window_right: Some(0),
+        kernel: AttnKernel::Auto,
     };
     let lens = [(5, 7), (130, 130), (1, 40), (0, 3), (70, 90)];
     for dtype in FLOATS {
@@ -678,6 +732,7 @@ fn attention_bad_input_is_a_typed_error() {
         softcap: None,
         window_left: None,
         window_right: None,
+        kernel: AttnKernel::Auto,
     };
     let call = |q: &(RocmStorage, Layout),
                 k: &(RocmStorage, Layout),
