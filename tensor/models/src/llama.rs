@@ -368,13 +368,19 @@ pub struct Generation {
 impl Generation {
     /// Tokens per second of the one-token steps (0 when there were none).
     pub fn decode_tokens_per_sec(&self) -> f64 {
-        let steps = self.tokens.len().saturating_sub(1);
-        let secs = self.decode.as_secs_f64();
-        if steps == 0 || secs == 0.0 {
-            0.0
-        } else {
-            steps as f64 / secs
-        }
+        decode_tokens_per_sec(self.tokens.len(), self.decode)
+    }
+}
+
+/// Tokens per second of the one-token steps of a generation of `tokens` tokens whose steps after
+/// the first took `decode` (0 when there were none).
+pub fn decode_tokens_per_sec(tokens: usize, decode: Duration) -> f64 {
+    let steps = tokens.saturating_sub(1);
+    let secs = decode.as_secs_f64();
+    if steps == 0 || secs == 0.0 {
+        0.0
+    } else {
+        steps as f64 / secs
     }
 }
 

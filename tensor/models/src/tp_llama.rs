@@ -800,13 +800,7 @@ pub struct TpGeneration {
 impl TpGeneration {
     /// Tokens per second of the one-token steps (0 when there were none).
     pub fn decode_tokens_per_sec(&self) -> f64 {
-        let steps = self.tokens.len().saturating_sub(1);
-        let secs = self.decode.as_secs_f64();
-        if steps == 0 || secs == 0.0 {
-            0.0
-        } else {
-            steps as f64 / secs
-        }
+        llama::decode_tokens_per_sec(self.tokens.len(), self.decode)
     }
 }
 
