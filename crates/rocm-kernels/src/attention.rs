@@ -262,17 +262,46 @@ impl Extent {
     }
 }
 
-/// [`Extent::check`] of q, k, v and the output, in that order.
-fn check_operands(
+/// [`Extent::check`] of q, k, v and the output, in that order: q and the output span `rows_q`
+/// rows of `heads_q` heads, k and v `rows_k` rows of `heads_kv`. Packed (varlen) operands are
+/// one batch whose batch stride is ignored.
+#[allow(clippy::too_many_arguments)]
+fn check_operands<T: hip_core::DeviceRepr>(
     op: &str,
-    batch: usize,
-    elem_bytes: usize,
-    head_dim: usize,
-    extents: [Extent; 4],
+    shape: &AttnShape,
+    (rows_q, rows_k): (usize, usize),
+    packed: bool,
+    q: &AttnInput<'_, T>,
+    k: &AttnInput<'_, T>,
+    v: &AttnInput<'_, T>,
+    out: &AttnOutput<'_, '_, T>,
 ) -> Result<[[i64; 3]; 4]> {
+    let batch = if packed { 1 } else { shape.batch };
+    let strides_of = |s: [usize; 3]| if packed { [0, s[1], s[2]] } else { s };
+    let input = |what, x: &AttnInput<'_, T>, rows, heads| Extent {
+        what,
+        ptr: x.data.device_ptr(),
+        len: x.data.len(),
+        strides: strides_of(x.strides),
+        rows,
+        heads,
+    };
+    let extents = [
+        input("q", q, rows_q, shape.heads_q),
+        input("k", k, rows_k, shape.heads_kv),
+        input("v", v, rows_k, shape.heads_kv),
+        Extent {
+            what: "the output",
+            ptr: out.data.device_ptr(),
+            len: out.data.len(),
+            strides: strides_of(out.strides),
+            rows: rows_q,
+            heads: shape.heads_q,
+        },
+    ];
     let mut strides = [[0i64; 3]; 4];
     for (s, e) in strides.iter_mut().zip(extents) {
-        *s = e.check(op, batch, elem_bytes, head_dim)?;
+        *s = e.check(op, batch, std::mem::size_of::<T>(), shape.head_dim)?;
     }
     Ok(strides)
 }
@@ -362,54 +391,7 @@ pub fn attention<T: KernelDType>(
     let es = std::mem::size_of::<T>();
     let d = shape.head_dim;
     let (b, sq, sk) = (shape.batch, shape.seq_q, shape.seq_k);
-    let ext = |what, ptr, len, strides, rows, heads| Extent {
-        what,
-        ptr,
-        len,
-        strides,
-        rows,
-        heads,
-    };
-    [p.q, p.k, p.v, p.o] = check_operands(
-        op,
-        b,
-        es,
-        d,
-        [
-            ext(
-                "q",
-                q.data.device_ptr(),
-                q.data.len(),
-                q.strides,
-                sq,
-                shape.heads_q,
-            ),
-            ext(
-                "k",
-                k.data.device_ptr(),
-                k.data.len(),
-                k.strides,
-                sk,
-                shape.heads_kv,
-            ),
-            ext(
-                "v",
-                v.data.device_ptr(),
-                v.data.len(),
-                v.strides,
-                sk,
-                shape.heads_kv,
-            ),
-            ext(
-                "the output",
-                out.data.device_ptr(),
-                out.data.len(),
-                out.strides,
-                sq,
-                shape.heads_q,
-            ),
-        ],
-    )?;
+    [p.q, p.k, p.v, p.o] = check_operands(op, shape, (sq, sk), false, &q, &k, &v, &out)?;
     if let Some(m) = &mask {
         check_operand(
             op,
@@ -468,7 +450,7 @@ fn prefill_kind<T: KernelDType>(
     choice: AttnKernel,
     d: usize,
 ) -> Result<PrefillKind> {
-    let has_matrix_kernels = T::NAME != "f32" && MMA_HEAD_DIMS.contains(&d);
+    let has_matrix_kernels = has_matrix_kernels::<T>(d);
     match choice {
         AttnKernel::Portable => Ok(PrefillKind::Portable),
         AttnKernel::Auto if !has_matrix_kernels => Ok(PrefillKind::Portable),
@@ -495,10 +477,16 @@ fn prefill_kind<T: KernelDType>(
 /// dtype, head dim) at first use (one warning, to stderr, names the difference). The check
 /// synchronises the stream once.
 pub fn matrix_prefill_verdict<T: KernelDType>(stream: &Stream, head_dim: usize) -> Result<bool> {
-    if T::NAME == "f32" || !MMA_HEAD_DIMS.contains(&head_dim) {
+    if !has_matrix_kernels::<T>(head_dim) {
         return Ok(false);
     }
     selfcheck::verdict::<T>(stream, head_dim)
+}
+
+/// Whether matrix-instruction prefill kernels exist for T and head dim `d` (f16/bf16 and
+/// [`MMA_HEAD_DIMS`]; whether the target has them is the module's business).
+fn has_matrix_kernels<T: KernelDType>(d: usize) -> bool {
+    T::NAME != "f32" && MMA_HEAD_DIMS.contains(&d)
 }
 
 /// The two prefill kernel kinds.
@@ -690,56 +678,8 @@ pub fn attention_varlen<T: KernelDType>(
             ),
         ));
     }
-    // Packed along the rows: one batch, no batch stride.
-    let ext = |what, ptr, len, s: [usize; 3], rows, heads| Extent {
-        what,
-        ptr,
-        len,
-        strides: [0, s[1], s[2]],
-        rows,
-        heads,
-    };
     let (tq, tk) = (offsets.total_q, offsets.total_k);
-    [p.q, p.k, p.v, p.o] = check_operands(
-        op,
-        1,
-        es,
-        d,
-        [
-            ext(
-                "q",
-                q.data.device_ptr(),
-                q.data.len(),
-                q.strides,
-                tq,
-                shape.heads_q,
-            ),
-            ext(
-                "k",
-                k.data.device_ptr(),
-                k.data.len(),
-                k.strides,
-                tk,
-                shape.heads_kv,
-            ),
-            ext(
-                "v",
-                v.data.device_ptr(),
-                v.data.len(),
-                v.strides,
-                tk,
-                shape.heads_kv,
-            ),
-            ext(
-                "the output",
-                out.data.device_ptr(),
-                out.data.len(),
-                out.strides,
-                tq,
-                shape.heads_q,
-            ),
-        ],
-    )?;
+    [p.q, p.k, p.v, p.o] = check_operands(op, shape, (tq, tk), true, &q, &k, &v, &out)?;
     p.total_q = to_i64(op, "total_q", tq)?;
     p.total_k = to_i64(op, "total_k", tk)?;
     if tq == 0 || shape.batch == 0 || shape.heads_q == 0 {

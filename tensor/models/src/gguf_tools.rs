@@ -424,7 +424,7 @@ pub fn greedy_generate_with(
     let mut logits = model.forward(&input, 0)?;
     let mut index_pos = prompt_tokens.len();
     loop {
-        let next = host_argmax(&logits, out.len())?;
+        let next = crate::llama::host_argmax(&logits, out.len(), "greedy_generate")?;
         out.push(next);
         if !on_token(next) || out.len() == n_new {
             return Ok(out);
@@ -433,26 +433,6 @@ pub fn greedy_generate_with(
         logits = model.forward(&input, index_pos)?;
         index_pos += 1;
     }
-}
-
-fn host_argmax(logits: &Tensor, step: usize) -> Result<u32> {
-    let v = logits
-        .flatten_all()?
-        .to_dtype(candle_core::DType::F32)?
-        .to_vec1::<f32>()?;
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &x) in v.iter().enumerate() {
-        if !x.is_finite() {
-            return Err(invalid(format!(
-                "greedy_generate: logit {i} at step {step} is {x}"
-            )));
-        }
-        if best.is_none_or(|(_, b)| x > b) {
-            best = Some((i, x));
-        }
-    }
-    let (i, _) = best.ok_or_else(|| invalid("greedy_generate: empty logits"))?;
-    u32::try_from(i).map_err(|_| invalid(format!("greedy_generate: token {i} exceeds u32")))
 }
 
 // ------------------------------------------------------------------------------------------

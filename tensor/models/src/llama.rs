@@ -455,7 +455,7 @@ pub fn generate(
         let out = model.model.forward(&input, pos, &mut cache)?;
         index_pos += ctx.len();
         let row = out.squeeze(0)?.to_device(&Device::Cpu)?;
-        let next = host_argmax(&row, step)?;
+        let next = host_argmax(&row, step, "greedy decode")?;
         all.push(next);
         tokens.push(next);
         logits.push(row);
@@ -472,19 +472,19 @@ pub fn generate(
     })
 }
 
-fn host_argmax(row: &Tensor, step: usize) -> Result<u32> {
-    let v = row.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+/// The index of the largest logit of `row` (any shape, flattened; first on ties); non-finite
+/// logits are an error naming `what` and the step.
+pub(crate) fn host_argmax(row: &Tensor, step: usize, what: &str) -> Result<u32> {
+    let v = row.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
     let mut best: Option<(usize, f32)> = None;
     for (i, &x) in v.iter().enumerate() {
         if !x.is_finite() {
-            return Err(invalid(format!(
-                "greedy decode: logit {i} at step {step} is {x}"
-            )));
+            return Err(invalid(format!("{what}: logit {i} at step {step} is {x}")));
         }
         if best.is_none_or(|(_, b)| x > b) {
             best = Some((i, x));
         }
     }
-    let (i, _) = best.ok_or_else(|| invalid("greedy decode: empty logits"))?;
-    u32::try_from(i).map_err(|_| invalid(format!("greedy decode: token index {i} exceeds u32")))
+    let (i, _) = best.ok_or_else(|| invalid(format!("{what}: empty logits")))?;
+    u32::try_from(i).map_err(|_| invalid(format!("{what}: token index {i} exceeds u32")))
 }

@@ -1065,7 +1065,7 @@ fn decode_rank(job: &RankJob<'_>) -> Result<Option<TpGeneration>> {
                 // forever for a collective that never completes.
                 job.comm.wait_idle(&|| job.coord.failed())?;
                 let row = row.squeeze(0)?.to_device(&Device::Cpu)?;
-                let next = host_argmax(&row, step)?;
+                let next = llama::host_argmax(&row, step, "tp_llama")?;
                 logits.push(row);
                 next
             }
@@ -1092,24 +1092,6 @@ fn decode_rank(job: &RankJob<'_>) -> Result<Option<TpGeneration>> {
         prefill,
         decode,
     }))
-}
-
-/// The index of the largest logit of `row` (first on ties); non-finite logits are an error.
-fn host_argmax(row: &Tensor, step: usize) -> Result<u32> {
-    let v = row.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &x) in v.iter().enumerate() {
-        if !x.is_finite() {
-            return Err(invalid(format!(
-                "tp_llama: logit {i} at step {step} is {x}"
-            )));
-        }
-        if best.is_none_or(|(_, b)| x > b) {
-            best = Some((i, x));
-        }
-    }
-    let (i, _) = best.ok_or_else(|| invalid("tp_llama: empty logits"))?;
-    u32::try_from(i).map_err(|_| invalid(format!("tp_llama: token index {i} exceeds u32")))
 }
 
 #[cfg(test)]
