@@ -31,7 +31,7 @@ use crate::error::RocmError;
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 #[cfg(feature = "rccl")]
-pub use rccl_safe::{CommConfig, ReduceOp, UniqueId};
+pub use rccl_safe::{group, CommConfig, Group, ReduceOp, UniqueId};
 
 /// `src` (in `layout`) as a contiguous storage of `layout`'s elements on its own device: a view
 /// when `layout` is already contiguous from offset 0 over the whole buffer, else a copy.

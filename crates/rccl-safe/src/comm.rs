@@ -453,6 +453,13 @@ impl Comm {
         self.inner.device
     }
 
+    /// The raw `ncclComm_t` (null once aborted), for calling the library directly beside this
+    /// wrapper, e.g. to measure what the wrapper costs. Using it is `unsafe` at the call site;
+    /// it stays valid while `self` lives and is not aborted.
+    pub fn as_raw(&self) -> sys::ncclComm_t {
+        self.inner.raw.load(Ordering::Acquire)
+    }
+
     /// Whether the communicator was created non-blocking (its init could time out).
     pub fn is_non_blocking(&self) -> bool {
         self.inner.non_blocking
