@@ -28,7 +28,6 @@ use candle_rocm::{RocmDevice, RocmStorage, RocmStorageSlice};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rccl_safe::sys::rccl as sys;
 
-
 /// The buffer size (bytes), 256 MiB unless `ALL_REDUCE_MIB` says otherwise.
 fn bytes() -> usize {
     std::env::var("ALL_REDUCE_MIB")
@@ -64,7 +63,10 @@ impl Ranks {
 
     fn sync(&self) {
         for c in &self.comms {
-            c.device().stream().synchronize().expect("stream synchronize");
+            c.device()
+                .stream()
+                .synchronize()
+                .expect("stream synchronize");
         }
     }
 

@@ -346,12 +346,24 @@ __device__ __forceinline__ float at_logit(const AttnParams& p, float dot, float 
 }
 
 // 16 bytes of T to floats.
-template <typename T, int V>
-__device__ __forceinline__ void at_load_vec(const T* src, float* dst) {
-    const uint4 u = *(const uint4*)src;
+// A raw 16-byte vector: the type one load moves, and its zero.
+struct at_raw16 {
+    typedef uint4 t;
+    static __device__ __forceinline__ t zero() { return make_uint4(0u, 0u, 0u, 0u); }
+};
+
+// V elements of T held in a raw vector, to floats.
+template <typename T, int V, typename R>
+__device__ __forceinline__ void at_unpack(const R& u, float* dst) {
     const T* t = reinterpret_cast<const T*>(&u);
 #pragma unroll
     for (int e = 0; e < V; ++e) dst[e] = rk_to_compute(t[e]);
+}
+
+// V contiguous elements of T (V * sizeof(T) = 16 bytes, aligned) to floats.
+template <typename T, int V>
+__device__ __forceinline__ void at_load_vec(const T* src, float* dst) {
+    at_unpack<T, V>(*(const uint4*)src, dst);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -726,20 +738,34 @@ __device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __r
 // Decode (flash-decoding): one block per (key split, kv head x query slice, batch). The block
 // carries up to NQ queries (the q heads sharing the kv head, times query rows), so every key and
 // value row is read once for all of them. Teams of TS lanes (16-byte vectors across the head dim)
-// walk the split's keys AT_DEC_UNROLL at a time, all loads of a step in flight together; each
-// team keeps its own online softmax (max, sum, P V accumulator per query) in registers, so the key
-// loop has no block barrier. The teams are combined in shared memory at the end. With one split
+// walk the split's keys AT_DEC_UNROLL at a time, the next step's loads in flight while a step is
+// computed; each team keeps its own online softmax (max, sum, P V accumulator per query) in
+// registers, so the key loop has no block barrier. The teams are combined in shared memory at the end. With one split
 // the block writes the normalised output; otherwise unnormalised partial sums with their max and
 // sum, merged by at_merge.
 // ---------------------------------------------------------------------------------------------
 
-// Keys one team reads per step (fewer with many queries of wide rows: registers).
-#define AT_DEC_UNROLL(NQ, EPL) ((NQ) * (EPL) >= 64 ? 2 : 4)
+// Keys one team reads per step, and the blocks per compute unit the NVIDIA build asks the
+// register allocator for (CUDA's second __launch_bounds__ argument), by the per-lane state (NQ
+// queries x EPL elements, twice: the queries and the accumulators). The loads of a step are
+// double-buffered, so U rows of K and V are in flight per lane while the previous U are used.
+// AMD keeps the compiler's register choice: HIP reads that argument as waves per execution unit,
+// and the register files differ.
+#define AT_DEC_UNROLL(NQ, EPL) ((NQ) * (EPL) >= 64 ? 1 : (NQ) * (EPL) >= 32 ? 2 : 4)
+#define AT_DEC_MIN_BLOCKS(NQ, EPL) ((NQ) * (EPL) >= 64 ? 1 : 2)
+// How far (base 2) a logit may pass the running max before the accumulators are rescaled.
+#define AT_DEC_SLACK 8.0f
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#define AT_DEC_BOUNDS(T, D, NQ) \
+    __launch_bounds__(AT_THREADS, AT_DEC_MIN_BLOCKS(NQ, (at_dec_shape<T, D>::EPL)))
+#else
+#define AT_DEC_BOUNDS(T, D, NQ) __launch_bounds__(AT_THREADS)
+#endif
 
 template <typename T, int D>
 struct at_dec_shape {
-    static constexpr int VEC = 16 / (int)sizeof(T);
-    static constexpr int NV = D / VEC;                 // 16-byte vectors per row
+    static constexpr int VEC = 16 / (int)sizeof(T);   // elements per 16-byte load
+    static constexpr int NV = D / VEC;                 // vectors per row
     static constexpr int VPL = (NV + 31) / 32;         // vectors per lane
     static constexpr int NVL = (NV + VPL - 1) / VPL;   // lanes needed
     static constexpr int TS = NVL <= 4 ? 4 : NVL <= 8 ? 8 : NVL <= 16 ? 16 : 32;  // team size
@@ -747,12 +773,21 @@ struct at_dec_shape {
     static constexpr int NTEAM = AT_THREADS / TS;
 };
 
-// 16 bytes of T (as raw words) to floats.
-template <typename T, int V>
-__device__ __forceinline__ void at_unpack(const uint4& u, float* dst) {
-    const T* t = reinterpret_cast<const T*>(&u);
+// A team's U key and value rows from relative key `j` on (this lane's vectors; rows at or past
+// `n` read as zeros, without touching memory).
+template <typename T, int U, int VPL, int TS, int VEC, int NV, typename RAW>
+__device__ __forceinline__ void at_dec_load(const T* kt, const T* vt, i64 k_ss, i64 v_ss, int j,
+                                            int n, int tl, typename RAW::t (&kr)[U][VPL],
+                                            typename RAW::t (&vr)[U][VPL]) {
+    typedef typename RAW::t R;
 #pragma unroll
-    for (int e = 0; e < V; ++e) dst[e] = rk_to_compute(t[e]);
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int w = 0; w < VPL; ++w) {
+            const bool valid = j + u < n && tl + TS * w < NV;
+            kr[u][w] = valid ? *(const R*)(kt + u * k_ss + TS * w * VEC) : RAW::zero();
+            vr[u][w] = valid ? *(const R*)(vt + u * v_ss + TS * w * VEC) : RAW::zero();
+        }
 }
 
 template <typename T, int D, int NQ>
@@ -763,28 +798,33 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
     typedef at_dec_shape<T, D> S;
     constexpr int VEC = S::VEC, VPL = S::VPL, TS = S::TS, EPL = S::EPL, NV = S::NV;
     constexpr int NTEAM = S::NTEAM, U = AT_DEC_UNROLL(NQ, EPL);
+    typedef at_raw16 RAW;
+    typedef RAW::t R;
     __shared__ float red[NTEAM * D];
     __shared__ float team_m[NTEAM * NQ], team_l[NTEAM * NQ];
 
     const int tid = threadIdx.x, tl = tid % TS, te = tid / TS;
-    const i64 g = p.hq / p.hkv;
-    const i64 slices = (p.sq * g + NQ - 1) / NQ;
-    const i64 hk = blockIdx.y / slices, slice = blockIdx.y % slices;
+    // Query rows, heads and slots fit 32 bits (the launcher checks seq_q and the head counts);
+    // element offsets stay 64-bit.
+    const int g = (int)(p.hq / p.hkv);
+    const int slices = ((int)p.sq * g + NQ - 1) / NQ;
+    const int hk = (int)blockIdx.y / slices, slice = (int)blockIdx.y % slices;
     const u32 b = blockIdx.z;
-    const i64 flat0 = slice * NQ;
-    const int nq = (int)((p.sq * g - flat0) < NQ ? (p.sq * g - flat0) : NQ);
+    const int flat0 = slice * NQ;
+    const int nq = (int)p.sq * g - flat0 < NQ ? (int)p.sq * g - flat0 : NQ;
     const i64 sk = p.sk, shift = p.sk - p.sq;
 
     // Query (row i, head h) of slot qi; padding slots repeat slot 0 and are never written.
-    i64 qi_row[NQ], qi_head[NQ];
+    int qi_row[NQ], qi_head[NQ];
 #pragma unroll
     for (int qi = 0; qi < NQ; ++qi) {
-        const i64 flat = flat0 + (qi < nq ? qi : 0);
+        const int flat = flat0 + (qi < nq ? qi : 0);
         qi_row[qi] = flat / g;
         qi_head[qi] = hk * g + flat % g;
     }
 
-    // The keys of this split, narrowed to those some query of the slice sees.
+    // The keys of this split, narrowed to those some query of the slice sees; each query's own
+    // range as offsets from the split's first key (the launcher keeps seq_k below 2^31).
     const i64 per = (sk + gridDim.x - 1) / gridDim.x;
     i64 c_begin = (i64)blockIdx.x * per, c_end = c_begin + per < sk ? c_begin + per : sk;
     {
@@ -792,20 +832,29 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
         c_begin = c_begin > lo ? c_begin : lo;
         c_end = c_end < hi ? c_end : hi;
     }
+    const int n = c_end > c_begin ? (int)(c_end - c_begin) : 0;
+    int lo_r[NQ], hi_r[NQ];
+#pragma unroll
+    for (int qi = 0; qi < NQ; ++qi) {
+        const i64 lo = at_key_lo(p, qi_row[qi], shift) - c_begin;
+        const i64 hi = at_key_hi(p, qi_row[qi], shift, sk) - c_begin;
+        lo_r[qi] = lo < 0 ? 0 : (int)(lo < n ? lo : n);
+        hi_r[qi] = hi < 0 ? 0 : (int)(hi < n ? hi : n);
+    }
 
     // The lane's slice of every query, in registers.
     float qr[NQ][EPL];
 #pragma unroll
     for (int qi = 0; qi < NQ; ++qi)
 #pragma unroll
-        for (int u = 0; u < VPL; ++u) {
-            const int vi = tl + TS * u;
+        for (int w = 0; w < VPL; ++w) {
+            const int vi = tl + TS * w;
             if (qi < nq && vi < NV) {
                 const T* src = q + (i64)b * p.q_sb + qi_row[qi] * p.q_ss + qi_head[qi] * p.q_sh;
-                at_load_vec<T, VEC>(src + vi * VEC, &qr[qi][u * VEC]);
+                at_load_vec<T, VEC>(src + vi * VEC, &qr[qi][w * VEC]);
             } else {
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) qr[qi][u * VEC + e] = 0.0f;
+                for (int e = 0; e < VEC; ++e) qr[qi][w * VEC + e] = 0.0f;
             }
         }
 
@@ -818,24 +867,21 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
         for (int e = 0; e < EPL; ++e) acc[qi][e] = 0.0f;
     }
 
-    const T* kb = k + (i64)b * p.k_sb + hk * p.k_sh;
-    const T* vb = v + (i64)b * p.v_sb + hk * p.v_sh;
+    // The team's first key and value rows (this lane's first vector); a step moves every team
+    // NTEAM * U rows on.
+    const T* kt = k + (i64)b * p.k_sb + hk * p.k_sh + (c_begin + (i64)te * U) * p.k_ss + tl * VEC;
+    const T* vt = v + (i64)b * p.v_sb + hk * p.v_sh + (c_begin + (i64)te * U) * p.v_ss + tl * VEC;
+    const i64 kstep = (i64)NTEAM * U * p.k_ss, vstep = (i64)NTEAM * U * p.v_ss;
     // Every lane of the block runs the same trip count: the shuffles need the whole warp (on
-    // NVIDIA they are full-warp *_sync calls), and a warp holds several teams.
-    for (i64 jb = c_begin; jb < c_end; jb += (i64)NTEAM * U) {
-        const i64 j = jb + (i64)te * U;
-        uint4 kr[U][VPL], vr[U][VPL];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int w = 0; w < VPL; ++w) {
-                const int vi = tl + TS * w;
-                const bool valid = j + u < c_end && vi < NV;
-                kr[u][w] = valid ? *(const uint4*)(kb + (j + u) * p.k_ss + vi * VEC)
-                                 : make_uint4(0u, 0u, 0u, 0u);
-                vr[u][w] = valid ? *(const uint4*)(vb + (j + u) * p.v_ss + vi * VEC)
-                                 : make_uint4(0u, 0u, 0u, 0u);
-            }
+    // NVIDIA they are full-warp *_sync calls), and a warp holds several teams. The next step's
+    // rows are loaded before this step's arithmetic, so loads stay in flight while it runs.
+    R kr[U][VPL], vr[U][VPL];
+    at_dec_load<T, U, VPL, TS, VEC, NV, RAW>(kt, vt, p.k_ss, p.v_ss, te * U, n, tl, kr, vr);
+    for (int jb = 0; jb < n; jb += NTEAM * U, kt += kstep, vt += vstep) {
+        const int j = jb + te * U;
+        R kn[U][VPL], vn[U][VPL];
+        at_dec_load<T, U, VPL, TS, VEC, NV, RAW>(kt + kstep, vt + vstep, p.k_ss, p.v_ss,
+                                                 j + NTEAM * U, n, tl, kn, vn);
         float s[NQ][U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -849,27 +895,31 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
                 for (int e = 0; e < EPL; ++e) dot += qr[qi][e] * kf[e];
 #pragma unroll
                 for (int off = TS / 2; off > 0; off >>= 1) dot += __shfl_xor(dot, off);
-                const i64 i = qi_row[qi], jj = j + u;
-                const bool seen = jj < c_end && jj >= at_key_lo(p, i, shift) &&
-                                  jj < at_key_hi(p, i, shift, sk);
+                const int jj = j + u;
+                const bool seen = jj >= lo_r[qi] && jj < hi_r[qi];
                 float mv = 0.0f;
                 if (seen && mask != nullptr)
-                    mv = rk_to_compute(
-                        mask[(i64)b * p.m_sb + qi_head[qi] * p.m_sh + i * p.m_sq + jj * p.m_sk]);
+                    mv = rk_to_compute(mask[(i64)b * p.m_sb + qi_head[qi] * p.m_sh +
+                                            qi_row[qi] * p.m_sq + (c_begin + jj) * p.m_sk]);
                 s[qi][u] = seen ? at_logit(p, dot, mv) : AT_NEG_INF;
             }
         }
+        // Lazy rescaling: the running max m moves only when a logit passes it by more than
+        // AT_DEC_SLACK (base-2 units), so the weights stay below 2^AT_DEC_SLACK and most steps
+        // skip rescaling the accumulators. (-inf + slack is -inf: the first seen key moves it.)
 #pragma unroll
         for (int qi = 0; qi < NQ; ++qi) {
-            float mx = m[qi];
+            float mx = AT_NEG_INF;
 #pragma unroll
             for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[qi][u]);
-            const float base = mx == AT_NEG_INF ? 0.0f : mx;
-            const float alpha = exp2f(m[qi] - base);
-            m[qi] = mx;
-            l[qi] *= alpha;
+            if (mx > m[qi] + AT_DEC_SLACK) {
+                const float alpha = exp2f(m[qi] - mx);
+                m[qi] = mx;
+                l[qi] *= alpha;
 #pragma unroll
-            for (int e = 0; e < EPL; ++e) acc[qi][e] *= alpha;
+                for (int e = 0; e < EPL; ++e) acc[qi][e] *= alpha;
+            }
+            const float base = m[qi] == AT_NEG_INF ? 0.0f : m[qi];
 #pragma unroll
             for (int u = 0; u < U; ++u) s[qi][u] = exp2f(s[qi][u] - base);
 #pragma unroll
@@ -885,6 +935,13 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
 #pragma unroll
                 for (int e = 0; e < EPL; ++e) acc[qi][e] += s[qi][u] * vf[e];
         }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int w = 0; w < VPL; ++w) {
+                kr[u][w] = kn[u][w];
+                vr[u][w] = vn[u][w];
+            }
     }
 
     // Combine the teams: per query, the block's max, each team's share rescaled to it, summed.
@@ -936,26 +993,61 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
     }
 }
 
-// Merges the splits' partial sums: one block per output row, one thread per element.
+// Merges the splits' partial sums: one block of AT_THREADS per output row. The splits' weights
+// (each split's max rescaled to the row's) go to shared memory once; then every column is summed
+// over the splits by AT_THREADS / D threads, each taking a share of the splits (independent
+// loads in flight together), and the shares are added.
+#define AT_MAX_SPLITS 256
+__device__ __forceinline__ float at_block_reduce(float x, float* red, bool is_max) {
+    const int tid = threadIdx.x;
+    __syncthreads();  // red is free
+    red[tid] = x;
+    __syncthreads();
+#pragma unroll
+    for (int off = AT_THREADS / 2; off > 0; off >>= 1) {
+        if (tid < off) red[tid] = is_max ? fmaxf(red[tid], red[tid + off]) : red[tid] + red[tid + off];
+        __syncthreads();
+    }
+    return red[0];
+}
+
 template <typename T, int D>
 __device__ __forceinline__ void at_merge(const AttnParams& p, i64 splits,
                                          const float* __restrict__ part, T* __restrict__ o) {
-    const i64 row = blockIdx.x;
-    const int d = threadIdx.x;
-    if (d >= D) return;
-    const float* stats = part + p.splits_rows * splits * D;
+    __shared__ float weight[AT_MAX_SPLITS];
+    __shared__ float red[AT_THREADS];
+    const i64 row = blockIdx.x, rows = p.splits_rows;
+    const int tid = threadIdx.x, ns = (int)splits;
+    const float* stats = part + rows * splits * D;
     float mx = AT_NEG_INF;
-    for (i64 s = 0; s < splits; ++s) mx = fmaxf(mx, stats[2 * (s * p.splits_rows + row)]);
+    for (int s = tid; s < ns; s += AT_THREADS) mx = fmaxf(mx, stats[2 * (s * rows + row)]);
+    mx = at_block_reduce(mx, red, true);
     const float base = mx == AT_NEG_INF ? 0.0f : mx;
-    float num = 0.0f, den = 0.0f;
-    for (i64 s = 0; s < splits; ++s) {
-        const i64 pr = s * p.splits_rows + row;
+    float den = 0.0f;
+    for (int s = tid; s < ns; s += AT_THREADS) {
+        const i64 pr = s * rows + row;
         const float w = exp2f(stats[2 * pr] - base);
+        weight[s] = w;
         den += w * stats[2 * pr + 1];
-        num += w * part[pr * D + d];
     }
-    const i64 i = row % p.sq, h = (row / p.sq) % p.hq, b = row / (p.sq * p.hq);
-    o[b * p.o_sb + i * p.o_ss + h * p.o_sh + d] = rk_from_compute<T>(den > 0.0f ? num / den : 0.0f);
+    den = at_block_reduce(den, red, false);  // its barriers also publish `weight`
+    constexpr int G = AT_THREADS / D > 0 ? AT_THREADS / D : 1;
+    const int col = tid % D, grp = tid / D;
+    float num = 0.0f;
+    if (grp < G && col < D) {
+#pragma unroll 8
+        for (int s = grp; s < ns; s += G) num += weight[s] * part[(s * rows + row) * D + col];
+    }
+    __syncthreads();  // every thread has read red[0]
+    red[tid] = num;
+    __syncthreads();
+    for (int d = tid; d < D; d += AT_THREADS) {
+        float sum = 0.0f;
+        for (int g = 0; g < G; ++g) sum += red[g * D + d];
+        const i64 i = row % p.sq, h = (row / p.sq) % p.hq, b = row / (p.sq * p.hq);
+        o[b * p.o_sb + i * p.o_ss + h * p.o_sh + d] =
+            rk_from_compute<T>(den > 0.0f ? sum / den : 0.0f);
+    }
 }
 
 // Tile shapes of the prefill path: the largest (BM, BN) of (64,64), (64,32), (32,32), (16,16)
@@ -969,7 +1061,7 @@ __device__ __forceinline__ void at_merge(const AttnParams& p, i64 splits,
         at_prefill<T, D, BM, BN>(p, q, k, v, mask, cu_q, cu_k, o, err);                          \
     }
 #define AT_DECODE_NQ(TN, T, D, NQ)                                                               \
-    RK_KERNEL void __launch_bounds__(AT_THREADS)                                                 \
+    RK_KERNEL void AT_DEC_BOUNDS(T, D, NQ)                                                      \
         attn_decode_##TN##_d##D##_q##NQ(AttnParams p, const T* q, const T* k, const T* v,        \
                                         const T* mask, T* o, float* part) {                      \
         at_decode<T, D, NQ>(p, q, k, v, mask, o, part);                                          \

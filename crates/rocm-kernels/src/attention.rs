@@ -38,10 +38,12 @@ pub const DECODE_MAX_SEQ_Q: usize = 8;
 /// come in these widths (`attn_decode_*_q{1,4,8}`).
 const DECODE_QUERIES: [usize; 3] = [1, 4, 8];
 /// Fewest keys per decode split.
-const DECODE_MIN_KEYS_PER_SPLIT: usize = 256;
-/// Decode blocks aimed for per multiprocessor (several, so that the last wave is short).
-const DECODE_BLOCKS_PER_SM: usize = 4;
-/// Most decode splits.
+const DECODE_MIN_KEYS_PER_SPLIT: usize = 128;
+/// Decode blocks resident per multiprocessor (the NVIDIA build's register bound for the common
+/// widths): the split count fills one wave of them, since every block is latency-bound on its
+/// own loads and a second, partial wave would double the time of the first.
+const DECODE_BLOCKS_PER_SM: usize = 2;
+/// Most decode splits (`AT_MAX_SPLITS`: the merge's shared weights).
 const DECODE_MAX_SPLITS: usize = 256;
 /// Head dims with matrix-instruction prefill kernels (f16 and bf16).
 pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
@@ -567,6 +569,19 @@ fn decode<T: KernelDType>(
 ) -> Result<()> {
     let op = "flash_attn";
     let d = shape.head_dim;
+    // The kernel walks a split's keys and indexes query rows and heads with 32-bit integers.
+    if shape.seq_k > i32::MAX as usize || shape.heads_q * shape.seq_q > i32::MAX as usize {
+        return Err(layout_err(
+            op,
+            format!(
+                "the decode path takes at most {} keys and query rows x heads (got {} keys, {} x {})",
+                i32::MAX,
+                shape.seq_k,
+                shape.seq_q,
+                shape.heads_q
+            ),
+        ));
+    }
     let group = shape.heads_q / shape.heads_kv;
     let nq = decode_queries(shape.seq_q * group);
     let slices = (shape.seq_q * group).div_ceil(nq);
@@ -628,7 +643,7 @@ fn decode<T: KernelDType>(
         let merge = function(stream, MODULE, &format!("attn_merge_{}_d{d}", T::NAME))?;
         let config = LaunchConfig {
             grid: [grid_dim(op, "rows", rows, i32::MAX as usize)?, 1, 1],
-            block: [d.div_ceil(32) as u32 * 32, 1, 1],
+            block: [THREADS, 1, 1],
             shared_mem_bytes: 0,
         };
         let builder = merge
@@ -636,9 +651,10 @@ fn decode<T: KernelDType>(
             .arg(ParamsArg(p))
             .arg(splits as i64)
             .arg(&buf);
-        // SAFETY: (AttnParams p, i64 splits, const float* part, T* o): one block per output row
-        // (rows = batch x heads_q x seq_q), one thread per element of head_dim; it reads the
-        // splits' partials written above and writes within the output's checked extent.
+        // SAFETY: (AttnParams p, i64 splits, const float* part, T* o): one block of THREADS per
+        // output row (rows = batch x heads_q x seq_q), splits <= AT_MAX_SPLITS (its shared
+        // weights); it reads the splits' partials written above and writes within the output's
+        // checked extent.
         unsafe { builder.arg(&mut *out.data).launch()? };
     }
     Ok(())
@@ -761,6 +777,8 @@ mod tests {
         for w in DECODE_QUERIES {
             assert!(src.contains(&format!("AT_DECODE_NQ(TN, T, D, {w})")));
         }
+        assert!(src.contains(&format!("#define AT_MAX_SPLITS {DECODE_MAX_SPLITS}\n")));
+        assert!(src.contains(&format!("#define AT_THREADS {THREADS}\n")));
         assert!(src.contains(&format!("#define AT_MMA_WAVES {MMA_WAVES}")));
         assert!(src.contains("#define AT_MMA_BM (16 * AT_MMA_WAVES)\n"));
         assert_eq!(MMA_BLOCK_ROWS, 16 * MMA_WAVES as usize);
