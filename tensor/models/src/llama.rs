@@ -372,6 +372,21 @@ impl Generation {
     }
 }
 
+/// The largest absolute difference between two generations' logits, step by step (steps past
+/// the shorter one are ignored): how far apart two ways of running the same model drift.
+pub fn largest_logit_difference(a: &[Tensor], b: &[Tensor]) -> Result<f32> {
+    let mut worst = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        let d = (x - y)?
+            .abs()?
+            .max_all()?
+            .to_dtype(DType::F32)?
+            .to_scalar::<f32>()?;
+        worst = worst.max(d);
+    }
+    Ok(worst)
+}
+
 /// Tokens per second of the one-token steps of a generation of `tokens` tokens whose steps after
 /// the first took `decode` (0 when there were none).
 pub fn decode_tokens_per_sec(tokens: usize, decode: Duration) -> f64 {

@@ -1273,17 +1273,6 @@ mod tests {
         ));
     }
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-    }
-
     /// The split model on N CPU "devices" (host collectives) decodes the one-device model's
     /// tokens: with one rank bit for bit, with 2 and 4 up to the order of the sums.
     #[test]
@@ -1318,12 +1307,7 @@ mod tests {
                 assert_eq!(tp.nranks, n);
                 assert_eq!(tp.tokens, reference.tokens, "{n} ranks");
                 assert_eq!(tp.logits.len(), steps);
-                let worst = tp
-                    .logits
-                    .iter()
-                    .zip(&reference.logits)
-                    .map(|(a, b)| max_diff(a, b))
-                    .fold(0f32, f32::max);
+                let worst = llama::largest_logit_difference(&tp.logits, &reference.logits).unwrap();
                 println!(
                     "{n} ranks: tokens {:?}, largest logit difference {worst:e}",
                     tp.tokens
@@ -1345,7 +1329,10 @@ mod tests {
         let reference = llama::generate(&one, &[1, 2, 3], 4, true).unwrap();
         let tp = generate_tp(&[Device::Cpu], &cfg, &weights, DType::BF16, &[1, 2, 3], 4).unwrap();
         assert_eq!(tp.tokens, reference.tokens);
-        assert_eq!(max_diff(&tp.logits[0], &reference.logits[0]), 0.0);
+        assert_eq!(
+            llama::largest_logit_difference(&tp.logits[..1], &reference.logits[..1]).unwrap(),
+            0.0
+        );
     }
 
     #[test]

@@ -810,12 +810,7 @@ fn llama_with_fused_attention_matches_unfused() {
     let prompt: Vec<u32> = vec![1, 450, 4996, 17354, 1701, 432, 17204, 975, 29871, 13];
     let a = llama::generate(&plain, &prompt, 24, true).unwrap();
     let b = llama::generate(&fused, &prompt, 24, true).unwrap();
-    let worst = a
-        .logits
-        .iter()
-        .zip(&b.logits)
-        .map(|(x, y)| max_abs_diff(x, y))
-        .fold(0f32, f32::max);
+    let worst = llama::largest_logit_difference(&a.logits, &b.logits).unwrap();
     println!(
         "llama fused attention: tokens {:?}, largest logit difference {worst:.3e}",
         b.tokens
@@ -885,12 +880,7 @@ fn tp_llama_one_rank_matches_the_one_gpu_llama() {
     )
     .unwrap();
     let prompt_diff = max_abs_diff(&tp.logits[0], &reference.logits[0]);
-    let worst = tp
-        .logits
-        .iter()
-        .zip(&reference.logits)
-        .map(|(a, b)| max_abs_diff(a, b))
-        .fold(0f32, f32::max);
+    let worst = llama::largest_logit_difference(&tp.logits, &reference.logits).unwrap();
     println!(
         "tp_llama 1 rank: tokens {:?}\n  one-GPU llama tokens {:?}\n  prompt logits max |diff| \
          {prompt_diff:.3e}, over {steps} steps {worst:.3e}; decode {:.1} tokens/s (one-GPU llama \
@@ -957,12 +947,7 @@ fn tp_llama_on_every_gpu_matches_one_gpu() {
     let steps = 24;
     let reference = llama::generate(&one, &prompt, steps, true).unwrap();
     let tp = tp_llama::generate_tp(&devices, &cfg, &weights, DType::F32, &prompt, steps).unwrap();
-    let worst = tp
-        .logits
-        .iter()
-        .zip(&reference.logits)
-        .map(|(a, b)| max_abs_diff(a, b))
-        .fold(0f32, f32::max);
+    let worst = llama::largest_logit_difference(&tp.logits, &reference.logits).unwrap();
     println!(
         "tp_llama {n} ranks of {count} GPUs ({} heads / {} kv heads): tokens {:?}\n  one-GPU tokens \
          {:?}\n  largest logit difference {worst:.3e}; decode {:.1} tokens/s on {n} GPUs, {:.1} on one",
