@@ -1,6 +1,6 @@
 //! [`RocmDevice`]: candle's `BackendDevice` over a hip-core device.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use candle_core::backend::BackendDevice;
@@ -12,6 +12,7 @@ use rocm_kernels::indexing::IndexErrorFlag;
 use rocm_kernels::KernelDType;
 
 use crate::error::{hip_err, kernel_err, RocmError, DUMMY_REASON};
+use crate::quantized::QuantizedMatvec;
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// The seed a new device starts with (the same default as candle's CUDA backend).
@@ -52,6 +53,8 @@ pub struct RocmDevice {
     rng_offset: Arc<AtomicU64>,
     index_flag: Arc<OnceLock<IndexErrorFlag>>,
     libraries: Arc<crate::blas::Libraries>,
+    /// The [`QuantizedMatvec`] choice (0: 8-bit activations, 1: float activations).
+    matvec_kind: Arc<AtomicU8>,
 }
 
 impl RocmDevice {
@@ -70,6 +73,26 @@ impl RocmDevice {
             rng_offset: Arc::new(AtomicU64::new(0)),
             index_flag: Arc::new(OnceLock::new()),
             libraries: Arc::default(),
+            matvec_kind: Arc::new(AtomicU8::new(0)),
+        }
+    }
+
+    /// Chooses the matrix-vector kernel of quantized matmuls with up to
+    /// [`MATVEC_MAX_ROWS`](rocm_kernels::quantized::MATVEC_MAX_ROWS) activation rows on this
+    /// device and its clones (every tensor on it); prefill always dequantizes and runs a GEMM.
+    pub fn set_quantized_matvec(&self, kind: QuantizedMatvec) {
+        let v = match kind {
+            QuantizedMatvec::Int8Activations => 0,
+            QuantizedMatvec::FloatActivations => 1,
+        };
+        self.matvec_kind.store(v, Ordering::Relaxed);
+    }
+
+    /// The current [`QuantizedMatvec`] choice of this device.
+    pub fn quantized_matvec(&self) -> QuantizedMatvec {
+        match self.matvec_kind.load(Ordering::Relaxed) {
+            0 => QuantizedMatvec::Int8Activations,
+            _ => QuantizedMatvec::FloatActivations,
         }
     }
 

@@ -8,10 +8,14 @@
 //! * **Quantize**: through candle's CPU quantizer (its algorithm is the definition of each
 //!   format), then uploaded: bit-identical to the CPU by construction.
 //! * **`matmul_t`** (`QMatMul::forward`, `x (.., k) x W^T` for `W (n, k)`): up to
-//!   [`MATVEC_MAX_ROWS`] activation rows go to the quantized matrix-vector kernel (weights
-//!   dequantized in registers, f32 products and sums); more rows dequantize the weights to the
-//!   activation dtype and run one rocBLAS (cuBLAS) GEMM. Inputs f32, f16 and bf16; the output
-//!   has the input's dtype, as on candle's CUDA backend.
+//!   [`MATVEC_MAX_ROWS`] activation rows go to a quantized matrix-vector kernel; more rows
+//!   dequantize the weights to the activation dtype and run one rocBLAS (cuBLAS) GEMM. Inputs
+//!   f32, f16 and bf16; the output has the input's dtype, as on candle's CUDA backend. The
+//!   matrix-vector kernel is chosen per device ([`RocmDevice::set_quantized_matvec`]): by default
+//!   [`QuantizedMatvec::Int8Activations`] (activations rounded to 8 bits per 32 elements, integer
+//!   dot products, as candle's CPU and CUDA quantized paths do) for every type but Q2K, Q3K and
+//!   Q8K; [`QuantizedMatvec::FloatActivations`] (weights dequantized in registers, f32 products:
+//!   the exact product of the dequantized weights) for those and on request.
 //! * **Embedding** rows and the **indexed mixture-of-experts** product read their ids on the
 //!   device; an out-of-range id becomes a typed error at the next host read or synchronization
 //!   (the device's indexing error flag, see [`RocmDevice`]).
@@ -31,6 +35,19 @@ use rocm_kernels::KernelDType;
 use crate::error::{hip_err, kernel_err, RocmError};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 use crate::RocmDevice;
+
+/// Which kernel multiplies quantized weights with up to [`MATVEC_MAX_ROWS`] activation rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuantizedMatvec {
+    /// Activations rounded to 8 bits per 32-element block, 4-byte integer dot products (2x or
+    /// more faster; the error of the activations' rounding, like candle's CPU and CUDA paths).
+    /// Q2K, Q3K and Q8K weights take the float kernel.
+    #[default]
+    Int8Activations,
+    /// Weights dequantized in registers, f32 activations, products and sums: the exact product
+    /// of the dequantized weights (one rounding to the output dtype).
+    FloatActivations,
+}
 
 /// How the blocks of a [`GgmlDType`] are read on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,8 +387,26 @@ impl QRocmStorage {
                     }
                 };
                 let w = self.blocks.as_slice();
-                qk::matvec(dev.stream(), q, &w, (m, n, k), &xs, &mut out.as_mut_slice())
+                if q.has_int_matvec() && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
+                {
+                    let (q_len, ds_len) = qk::matvec_int_scratch(m, k);
+                    let mut xq = dev.alloc::<u8>(op, q_len)?;
+                    let mut xds = dev.alloc::<f32>(op, ds_len)?;
+                    qk::matvec_int(
+                        dev.stream(),
+                        q,
+                        &w,
+                        (m, n, k),
+                        &xs,
+                        &mut xq.as_mut_slice(),
+                        &mut xds.as_mut_slice(),
+                        &mut out.as_mut_slice(),
+                    )
                     .map_err(kernel_err(op))?;
+                } else {
+                    qk::matvec(dev.stream(), q, &w, (m, n, k), &xs, &mut out.as_mut_slice())
+                        .map_err(kernel_err(op))?;
+                }
             }
             _ => {
                 // Prefill: the weights dequantized to T, then one GEMM.

@@ -622,6 +622,444 @@ __device__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 expert
         qk_moe<QTYPE, ITYPE>(pairs, topk, x_rows, n, k, experts, ids, w, x, y, err);             \
     }
 
+// ---------------------------------------------------------------------------------------------
+// Integer matrix-vector products (8-bit activations, 4-byte dot products)
+// ---------------------------------------------------------------------------------------------
+//
+// quantize_q8x_{I}(u32 groups, const I* x, signed char* q, float2* ds)
+//     Rounds activations to 8 bits, per 32-element block b of x (groups * 4 elements):
+//     q[32 b + t] = rint(x * (127 / amax)) (0 where amax = 0), ds[b] = (d, d * sum(q)) with
+//     d = amax / 127 (f32), so that x' = d * q is the rounded activation.
+// qmatvec_i8_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const signed char* q, const float2* ds,
+//                    I* y)
+//     y[r * n + c] = sum_j W[c, j] * x'[r * k + j] for r < m <= 8, c < n: the dequantized
+//     weights times the rounded activations, as per-block integer dot products of the weights'
+//     small integers with q (4-byte dot-product instructions: __dp4a on NVIDIA, sdot4 / sudot4
+//     on AMD, a portable fallback elsewhere), scaled by the blocks' factors in f32; bias/min terms
+//     use the block's d * sum(q). Blocks of QI_BLOCK (128) threads compute QI_CPB adjacent
+//     columns for all m rows; grid (ceil(n / QI_CPB), 1). q and ds are the quantize kernel's
+//     output for the m rows (16-byte aligned); the weights of q4k and q5k are 16-byte aligned.
+//
+// Each type's `qi_*` struct splits a block into PARTS lane-sized parts: `load(block, part, W&)`
+// reads a part's weights into registers, unpacked to signed bytes, `dot(W, q, ds, part)` gives
+// its share of the block's product with activations q (the block's first element) and ds (its
+// first 32-element activation block); the shares of a block's parts sum to the block's product.
+// Two iterations of a lane's item loop in flight (measured on an H100: 1, 2 and 4 tried).
+#ifndef QI_UNROLL_PRAGMA
+#define QI_UNROLL_PRAGMA _Pragma("unroll 2")
+#endif
+
+// The sum over t < 4 of the signed bytes t of a and b, plus c.
+__device__ __forceinline__ int qi_dot4(int a, int b, int c) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    return __dp4a(a, b, c);
+#elif defined(__GFX11__) || defined(__GFX12__)
+    return __builtin_amdgcn_sudot4(true, a, true, b, c, false);
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) ||   \
+    defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1011__) ||    \
+    defined(__gfx1012__) || defined(__gfx1030__) || defined(__gfx1031__) ||                         \
+    defined(__gfx1032__) || defined(__gfx1033__) || defined(__gfx1034__) ||                         \
+    defined(__gfx1035__) || defined(__gfx1036__)
+    return __builtin_amdgcn_sdot4(a, b, c, false);
+#else
+#pragma unroll
+    for (int t = 0; t < 4; ++t) c += (int)(signed char)(a >> (8 * t)) * (int)(signed char)(b >> (8 * t));
+    return c;
+#endif
+}
+
+// 4 bytes at p, which is 2-byte (a2) or 4-byte (a4) aligned.
+__device__ __forceinline__ int qi_a2(const u8* p) {
+    const unsigned short* h = (const unsigned short*)p;
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
+}
+__device__ __forceinline__ int qi_a4(const u8* p) { return *(const int*)p; }
+// 4 activation bytes in shared memory (4-byte aligned).
+__device__ __forceinline__ int qi_x(const signed char* q, int off) { return *(const int*)(q + off); }
+
+// Bits 0..3 of t moved to bit 4 of bytes 0..3 (the fifth bit of 4 consecutive 5-bit values).
+__device__ __forceinline__ int qi_spread4(u32 t) { return (int)(((t * 0x00204081u) & 0x01010101u) << 4); }
+// Each byte (0 .. 63) minus 32, as signed bytes, without borrows between bytes.
+__device__ __forceinline__ int qi_sub32(u32 v) { return (int)(((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u); }
+
+// q4_0: part p holds qs ints p * NI .. (4 bytes = 4 low-nibble and 4 high-nibble values).
+template <int P> struct qi_q4_0 {
+    enum { QK = 32, BYTES = 18, PARTS = P, NI = 4 / P };
+    struct W { float d; int lo[NI], hi[NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        w.d = qk_f16(b);
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const u32 v = (u32)qi_a2(b + 2 + 4 * (part * NI + i));
+            w.lo[i] = (int)(v & 0x0F0F0F0Fu);
+            w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu);
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int j = 4 * (part * NI + i);
+            s = qi_dot4(w.lo[i], qi_x(q, j), s);
+            s = qi_dot4(w.hi[i], qi_x(q, 16 + j), s);
+        }
+        const float2 a = ds[0];
+        return w.d * (a.x * (float)s - (8.0f / P) * a.y);
+    }
+};
+
+template <int P> struct qi_q4_1 {
+    enum { QK = 32, BYTES = 20, PARTS = P, NI = 4 / P };
+    struct W { float d, m; int lo[NI], hi[NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        w.d = qk_f16(b);
+        w.m = qk_f16(b + 2);
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const u32 v = (u32)qi_a4(b + 4 + 4 * (part * NI + i));
+            w.lo[i] = (int)(v & 0x0F0F0F0Fu);
+            w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu);
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int j = 4 * (part * NI + i);
+            s = qi_dot4(w.lo[i], qi_x(q, j), s);
+            s = qi_dot4(w.hi[i], qi_x(q, 16 + j), s);
+        }
+        const float2 a = ds[0];
+        return w.d * a.x * (float)s + (w.m / P) * a.y;
+    }
+};
+
+template <int P> struct qi_q5_0 {
+    enum { QK = 32, BYTES = 22, PARTS = P, NI = 4 / P };
+    struct W { float d; int lo[NI], hi[NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        w.d = qk_f16(b);
+        const u32 qh = (u32)qi_a2(b + 2);
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int j = 4 * (part * NI + i);
+            const u32 v = (u32)qi_a2(b + 6 + j);
+            w.lo[i] = (int)(v & 0x0F0F0F0Fu) | qi_spread4((qh >> j) & 0xFu);
+            w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu) | qi_spread4((qh >> (16 + j)) & 0xFu);
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int j = 4 * (part * NI + i);
+            s = qi_dot4(w.lo[i], qi_x(q, j), s);
+            s = qi_dot4(w.hi[i], qi_x(q, 16 + j), s);
+        }
+        const float2 a = ds[0];
+        return w.d * (a.x * (float)s - (16.0f / P) * a.y);
+    }
+};
+
+template <int P> struct qi_q5_1 {
+    enum { QK = 32, BYTES = 24, PARTS = P, NI = 4 / P };
+    struct W { float d, m; int lo[NI], hi[NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        w.d = qk_f16(b);
+        w.m = qk_f16(b + 2);
+        const u32 qh = (u32)qi_a4(b + 4);
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int j = 4 * (part * NI + i);
+            const u32 v = (u32)qi_a4(b + 8 + j);
+            w.lo[i] = (int)(v & 0x0F0F0F0Fu) | qi_spread4((qh >> j) & 0xFu);
+            w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu) | qi_spread4((qh >> (16 + j)) & 0xFu);
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const int j = 4 * (part * NI + i);
+            s = qi_dot4(w.lo[i], qi_x(q, j), s);
+            s = qi_dot4(w.hi[i], qi_x(q, 16 + j), s);
+        }
+        const float2 a = ds[0];
+        return w.d * a.x * (float)s + (w.m / P) * a.y;
+    }
+};
+
+// q8_0 and q8_1 weights: 8 qs ints (at byte OFF of the block), NI = 8 / P per part.
+template <int P, int BYTES_, int OFF, bool A4> struct qi_q8 {
+    enum { QK = 32, BYTES = BYTES_, PARTS = P, NI = 8 / P };
+    struct W { float d; int v[NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        w.d = qk_f16(b);
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const u8* p = b + OFF + 4 * (part * NI + i);
+            w.v[i] = A4 ? qi_a4(p) : qi_a2(p);
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[i], qi_x(q, 4 * (part * NI + i)), s);
+        return w.d * ds[0].x * (float)s;
+    }
+};
+template <int P> using qi_q8_0 = qi_q8<P, 34, 2, false>;
+template <int P> using qi_q8_1 = qi_q8<P, 36, 4, true>;
+
+// The 6-bit scales and mins of q4k/q5k sub-blocks 2c and 2c + 1 (12 scale bytes at s).
+__device__ __forceinline__ void qi_scales_k4(const u8* s, int c, float* sc, float* mn) {
+    const u32 a = ((const unsigned short*)s)[c];      // bytes 2c, 2c + 1
+    const u32 b = ((const unsigned short*)s)[c + 2];  // bytes 2c + 4, 2c + 5
+    if (c < 2) {
+        sc[0] = (float)(a & 63); sc[1] = (float)((a >> 8) & 63);
+        mn[0] = (float)(b & 63); mn[1] = (float)((b >> 8) & 63);
+    } else {
+        const u32 l = ((const unsigned short*)s)[c - 2];  // bytes 2c - 4, 2c - 3
+        sc[0] = (float)((b & 0xF) | (((l >> 6) & 3) << 4));
+        sc[1] = (float)(((b >> 8) & 0xF) | (((l >> 14) & 3) << 4));
+        mn[0] = (float)(((b >> 4) & 0xF) | (((a >> 6) & 3) << 4));
+        mn[1] = (float)(((b >> 12) & 0xF) | (((a >> 14) & 3) << 4));
+    }
+}
+
+// q4k (HB = false) and q5k (HB = true): part p covers qs bytes p * BP .. of pair c = p * BP / 32
+// (BP = 128 / P bytes, offset l0 in the pair's 32): low nibbles are sub-block 2c, elements
+// 64c + l0 + .., high nibbles sub-block 2c + 1, elements 64c + 32 + l0 + ...
+template <int P, bool HB> struct qi_qk45 {
+    enum { QK = 256, BYTES = HB ? 176 : 144, PARTS = P, BP = 128 / P, NI = BP / 4 };
+    static_assert(NI % 4 == 0, "whole 16-byte loads");
+    struct W { float d, dmin, sc[2], mn[2]; int lo[NI], hi[NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        const int c = part * BP / 32, l0 = part * BP % 32;
+        w.d = qk_f16(b);
+        w.dmin = qk_f16(b + 2);
+        qi_scales_k4(b + 4, c, w.sc, w.mn);
+        const u8* qs = b + (HB ? 48 : 16) + part * BP;
+#pragma unroll
+        for (int i = 0; i < NI; i += 4) {
+            const uint4 v4 = *(const uint4*)(qs + 4 * i);
+            const u32 v[4] = {v4.x, v4.y, v4.z, v4.w};
+            u32 h[4] = {0u, 0u, 0u, 0u};
+            if (HB) {
+                const uint4 h4 = *(const uint4*)(b + 16 + l0 + 4 * i);
+                h[0] = h4.x; h[1] = h4.y; h[2] = h4.z; h[3] = h4.w;
+            }
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                w.lo[i + t] = (int)((v[t] & 0x0F0F0F0Fu) | (((h[t] >> (2 * c)) & 0x01010101u) << 4));
+                w.hi[i + t] = (int)(((v[t] >> 4) & 0x0F0F0F0Fu) | (((h[t] >> (2 * c + 1)) & 0x01010101u) << 4));
+            }
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        const int c = part * BP / 32, l0 = part * BP % 32;
+        int slo = 0, shi = 0;
+#pragma unroll
+        for (int i = 0; i < NI; i += 4) {
+            // 16 activation bytes per load (the offsets are multiples of 16).
+            const int4 xl = *(const int4*)(q + 64 * c + l0 + 4 * i);
+            const int4 xh = *(const int4*)(q + 64 * c + 32 + l0 + 4 * i);
+            slo = qi_dot4(w.lo[i], xl.x, slo);
+            slo = qi_dot4(w.lo[i + 1], xl.y, slo);
+            slo = qi_dot4(w.lo[i + 2], xl.z, slo);
+            slo = qi_dot4(w.lo[i + 3], xl.w, slo);
+            shi = qi_dot4(w.hi[i], xh.x, shi);
+            shi = qi_dot4(w.hi[i + 1], xh.y, shi);
+            shi = qi_dot4(w.hi[i + 2], xh.z, shi);
+            shi = qi_dot4(w.hi[i + 3], xh.w, shi);
+        }
+        const float2 a0 = ds[2 * c], a1 = ds[2 * c + 1];
+        const float frac = (float)BP / 32.0f;
+        return w.d * (w.sc[0] * a0.x * (float)slo + w.sc[1] * a1.x * (float)shi) -
+               w.dmin * frac * (w.mn[0] * a0.y + w.mn[1] * a1.y);
+    }
+};
+template <int P> using qi_q4k = qi_qk45<P, false>;
+template <int P> using qi_q5k = qi_qk45<P, true>;
+
+// q6k: part p covers half nh = p / (P / 2) of the block (elements 128 nh ..) and l = l0 .. l0 +
+// LP (LP = 64 / P) of each of its four 32-element rows i: ql bytes 64 nh + l (rows 0, 2) and
+// 64 nh + 32 + l (rows 1, 3), qh bytes 128 + 32 nh + l, scales 192 + 8 nh + l0 / 16 + 2 i.
+template <int P> struct qi_q6k {
+    enum { QK = 256, BYTES = 210, PARTS = P, LP = 64 / P, NI = LP / 4 };
+    struct W { float d; float sc[4]; int v[4][NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        const int nh = part / (P / 2), l0 = (part % (P / 2)) * LP;
+        w.d = qk_f16(b + 208);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const u32 s2 = ((const unsigned short*)(b + 192 + 8 * nh))[i];
+            w.sc[i] = (float)(signed char)(u8)(s2 >> (8 * (l0 / 16)));
+        }
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const u32 la = (u32)qi_a2(b + 64 * nh + l0 + 4 * i);
+            const u32 lb = (u32)qi_a2(b + 64 * nh + 32 + l0 + 4 * i);
+            const u32 h = (u32)qi_a2(b + 128 + 32 * nh + l0 + 4 * i);
+            w.v[0][i] = qi_sub32((la & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4));
+            w.v[1][i] = qi_sub32((lb & 0x0F0F0F0Fu) | (((h >> 2) & 0x03030303u) << 4));
+            w.v[2][i] = qi_sub32(((la >> 4) & 0x0F0F0F0Fu) | (((h >> 4) & 0x03030303u) << 4));
+            w.v[3][i] = qi_sub32(((lb >> 4) & 0x0F0F0F0Fu) | (((h >> 6) & 0x03030303u) << 4));
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        const int nh = part / (P / 2), l0 = (part % (P / 2)) * LP;
+        int s[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const signed char* qn = q + 128 * nh + l0 + 4 * i;
+#pragma unroll
+            for (int r = 0; r < 4; ++r) s[r] = qi_dot4(w.v[r][i], qi_x(qn, 32 * r), s[r]);
+        }
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc += w.sc[i] * ds[4 * nh + i].x * (float)s[i];
+        return w.d * acc;
+    }
+};
+
+// 4 consecutive activations (aligned to 4 elements) as f32.
+__device__ __forceinline__ void qi_load4(const f32* x, float* v) {
+    const float4 a = *(const float4*)x;
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+}
+__device__ __forceinline__ void qi_load4(const f16* x, float* v) {
+    const uint2 a = *(const uint2*)x;
+    v[0] = __half2float(__ushort_as_half((unsigned short)(a.x & 0xFFFF)));
+    v[1] = __half2float(__ushort_as_half((unsigned short)(a.x >> 16)));
+    v[2] = __half2float(__ushort_as_half((unsigned short)(a.y & 0xFFFF)));
+    v[3] = __half2float(__ushort_as_half((unsigned short)(a.y >> 16)));
+}
+__device__ __forceinline__ void qi_load4(const bf16* x, float* v) {
+    const uint2 a = *(const uint2*)x;
+    v[0] = __uint_as_float(a.x << 16);
+    v[1] = __uint_as_float(a.x & 0xFFFF0000u);
+    v[2] = __uint_as_float(a.y << 16);
+    v[3] = __uint_as_float(a.y & 0xFFFF0000u);
+}
+
+// quantize_q8x_{I}(u32 groups, const I* x, signed char* q, float2* ds): x holds groups * 4
+// elements (16-byte aligned for f32, 8-byte for f16/bf16) in 32-element blocks; block b becomes
+// q[32 b ..] = rint(x * (127 / amax)) (0 where amax = 0) and ds[b] = (amax / 127, amax / 127 *
+// sum(q)). 8 threads per block (8 consecutive lanes: their xor shuffles stay inside a team),
+// 4 elements each.
+template <typename I>
+__device__ __forceinline__ void qi_quantize(u32 groups, const I* x, signed char* q, float2* ds) {
+    const u32 g = (u32)blockIdx.x * blockDim.x + threadIdx.x;
+    // Whole blocks of 8 groups: every lane of an 8-lane block takes part in the shuffles.
+    const bool live = g < groups;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) qi_load4(x + (u64)g * 4, v);
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int mask = 1; mask < 8; mask <<= 1) amax = fmaxf(amax, __shfl_xor(amax, mask));
+    const float id = amax == 0.0f ? 0.0f : 127.0f / amax;
+    int packed = 0, sum = 0;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const int qt = (int)rintf(v[t] * id);
+        sum += qt;
+        packed |= (qt & 0xFF) << (8 * t);
+    }
+#pragma unroll
+    for (int mask = 1; mask < 8; mask <<= 1) sum += __shfl_xor(sum, mask);
+    if (live) {
+        ((int*)q)[g] = packed;
+        if ((g & 7) == 0) {
+            const float d = amax / 127.0f;
+            ds[g / 8] = make_float2(d, d * (float)sum);
+        }
+    }
+}
+
+#define QI_BLOCK 128
+// Columns per block (measured on an H100: 2, 4 and 8 tried; 2 is best or level for every type).
+#ifndef QI_CPB
+#define QI_CPB 2
+#endif
+
+// Block b computes columns QI_CPB b .. for all m rows: its 128 lanes stride over the (block,
+// part) items of the row, each lane loading its part of every column before the products, and
+// the lanes' sums meet in shared memory.
+template <typename Q, typename I>
+__device__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, const signed char* xq,
+                          const float2* xds, I* y) {
+    __shared__ float red[QI_BLOCK / QK_TEAM][QK_MAX_M * QI_CPB];
+    const u32 col0 = blockIdx.x * QI_CPB;
+    const u32 cols = min((u32)QI_CPB, n - col0);
+    const u64 row_bytes = (u64)(k / Q::QK) * Q::BYTES;
+    const u32 items = k / Q::QK * Q::PARTS;
+    float acc[QK_MAX_M][QI_CPB];
+#pragma unroll
+    for (int r = 0; r < QK_MAX_M; ++r)
+#pragma unroll
+        for (int c = 0; c < QI_CPB; ++c) acc[r][c] = 0.0f;
+    const u8* w0 = w + (u64)col0 * row_bytes;
+    QI_UNROLL_PRAGMA
+    for (u32 it = threadIdx.x; it < items; it += QI_BLOCK) {
+        const u32 blk = it / Q::PARTS;
+        const int part = (int)(it % Q::PARTS);
+        typename Q::W wv[QI_CPB];
+#pragma unroll
+        for (u32 c = 0; c < QI_CPB; ++c)
+            if (c < cols) Q::load(w0 + c * row_bytes + (u64)blk * Q::BYTES, part, wv[c]);
+#pragma unroll
+        for (u32 r = 0; r < QK_MAX_M; ++r) {
+            if (r < m) {
+                const signed char* q = xq + (u64)r * k + (u64)blk * Q::QK;
+                const float2* ds = xds + (u64)r * (k / 32) + (u64)blk * (Q::QK / 32);
+#pragma unroll
+                for (u32 c = 0; c < QI_CPB; ++c)
+                    if (c < cols) acc[r][c] += Q::dot(wv[c], q, ds, part);
+            }
+        }
+    }
+    const int lane = (int)(threadIdx.x % QK_TEAM), team = (int)(threadIdx.x / QK_TEAM);
+#pragma unroll
+    for (u32 r = 0; r < QK_MAX_M; ++r) {
+        if (r < m) {
+#pragma unroll
+            for (u32 c = 0; c < QI_CPB; ++c) {
+                const float s = qk_team_sum(acc[r][c]);
+                if (lane == 0) red[team][r * QI_CPB + c] = s;
+            }
+        }
+    }
+    __syncthreads();
+    const u32 t = threadIdx.x;
+    if (t < m * QI_CPB && t % QI_CPB < cols) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < QI_BLOCK / QK_TEAM; ++i) s += red[i][t];
+        y[(u64)(t / QI_CPB) * n + col0 + t % QI_CPB] = rk_from_compute<I>(s);
+    }
+}
+
+#define QI_QUANTIZE_KERNEL(INAME, ITYPE)                                                         \
+    RK_KERNEL void __launch_bounds__(256)                                                        \
+        quantize_q8x_##INAME(u32 groups, const ITYPE* x, signed char* q, float2* ds) {           \
+        qi_quantize<ITYPE>(groups, x, q, ds);                                                    \
+    }
+
+#define QI_MATVEC_KERNEL(QNAME, QTYPE, INAME, ITYPE)                                             \
+    RK_KERNEL void __launch_bounds__(QI_BLOCK)                                                   \
+        qmatvec_i8_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const signed char* xq,    \
+                                     const float2* xds, ITYPE* y) {                              \
+        qi_matvec<QTYPE, ITYPE>(m, n, k, w, xq, xds, y);                                         \
+    }
+
+#ifndef QI_P_32
+#define QI_P_32 4
+#endif
+#ifndef QI_P_K
+#define QI_P_K 8
+#endif
+
 #define QK_FOR_FLOATS(M, QNAME, QTYPE)                                                           \
     M(QNAME, QTYPE, f32, f32)                                                                    \
     M(QNAME, QTYPE, f16, f16)                                                                    \
@@ -643,6 +1081,20 @@ QK_ALL(q4k, qk_q4k)
 QK_ALL(q5k, qk_q5k)
 QK_ALL(q6k, qk_q6k)
 QK_ALL(q8k, qk_q8k)
+
+#define QI_ALL(QNAME, QTYPE) QK_FOR_FLOATS(QI_MATVEC_KERNEL, QNAME, QTYPE)
+QI_QUANTIZE_KERNEL(f32, f32)
+QI_QUANTIZE_KERNEL(f16, f16)
+QI_QUANTIZE_KERNEL(bf16, bf16)
+QI_ALL(q4_0, qi_q4_0<QI_P_32>)
+QI_ALL(q4_1, qi_q4_1<QI_P_32>)
+QI_ALL(q5_0, qi_q5_0<QI_P_32>)
+QI_ALL(q5_1, qi_q5_1<QI_P_32>)
+QI_ALL(q8_0, qi_q8_0<QI_P_32>)
+QI_ALL(q8_1, qi_q8_1<QI_P_32>)
+QI_ALL(q4k, qi_q4k<QI_P_K>)
+QI_ALL(q5k, qi_q5k<QI_P_K>)
+QI_ALL(q6k, qi_q6k<QI_P_K>)
 
 #define QK_PLAIN_FROM(SNAME, STYPE)                                                              \
     QK_PLAIN_KERNEL(SNAME, STYPE, f32, f32)                                                      \

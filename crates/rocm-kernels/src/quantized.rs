@@ -24,6 +24,9 @@ use crate::elementwise::{function, launch_config, layout_err};
 use crate::error::Result;
 use crate::indexing::IndexErrorFlag;
 
+mod int_matvec;
+pub use int_matvec::{matvec_int, matvec_int_scratch};
+
 /// Why other dtypes are refused.
 const FLOAT_REASON: &str = "quantized kernels take and produce f32, f16 or bf16";
 /// The kernel module.
@@ -161,7 +164,6 @@ impl QuantType {
     }
 }
 
-/// The float dtypes the kernels read and write.
 /// A scalar kernel argument.
 #[derive(Debug, Clone, Copy)]
 enum Arg {
@@ -181,10 +183,14 @@ impl KernelArg for Arg {
 
 /// `v` as a u32 kernel argument, or an error naming `what`.
 fn u32_arg(op: &str, what: &str, v: usize) -> Result<Arg> {
+    u32_of(op, what, v).map(Arg::U32)
+}
+
+/// `v` as a u32 below 2^31 (a kernel's 32-bit index or a grid size), or an error naming `what`.
+fn u32_of(op: &str, what: &str, v: usize) -> Result<u32> {
     u32::try_from(v)
         .ok()
         .filter(|&v| v < i32::MAX as u32)
-        .map(Arg::U32)
         .ok_or_else(|| {
             layout_err(
                 op,
@@ -408,18 +414,15 @@ fn check_aligned(op: &str, what: &str, ptr: hip_core::DevicePtr) -> Result<()> {
     Ok(())
 }
 
-/// `y (m, n) = x (m, k) . W^T` for the `(n, k)` weights `w` in blocks of `q`, `1 <= m <=`
-/// [`MATVEC_MAX_ROWS`]; `x` and `y` are contiguous, `x` 16-byte aligned.
-pub fn matvec<I: KernelDType>(
-    stream: &Stream,
+/// Checks a matrix-vector product's row count, weight bytes and activation/output lengths.
+fn check_matvec_shapes(
+    op: &str,
     q: QuantType,
     w: &DeviceSlice<'_, u8>,
     (m, n, k): (usize, usize, usize),
-    x: &DeviceSlice<'_, I>,
-    y: &mut DeviceSliceMut<'_, I>,
+    x_len: usize,
+    y_len: usize,
 ) -> Result<()> {
-    let op = "qmatvec";
-    check_float::<I>(op, FLOAT_REASON)?;
     if m == 0 || m > MATVEC_MAX_ROWS {
         return Err(layout_err(
             op,
@@ -438,16 +441,31 @@ pub fn matvec<I: KernelDType>(
             ),
         ));
     }
-    if x.len() != m * k || y.len() != m * n {
+    if x_len != m * k || y_len != m * n {
         return Err(layout_err(
             op,
             format!(
                 "x holds {} elements and y {}, for ({m}, {k}) x ({n}, {k})^T",
-                x.len(),
-                y.len()
+                x_len, y_len
             ),
         ));
     }
+    Ok(())
+}
+
+/// `y (m, n) = x (m, k) . W^T` for the `(n, k)` weights `w` in blocks of `q`, `1 <= m <=`
+/// [`MATVEC_MAX_ROWS`]; `x` and `y` are contiguous, `x` 16-byte aligned.
+pub fn matvec<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    x: &DeviceSlice<'_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    let op = "qmatvec";
+    check_float::<I>(op, FLOAT_REASON)?;
+    check_matvec_shapes(op, q, w, (m, n, k), x.len(), y.len())?;
     if n == 0 {
         return Ok(());
     }

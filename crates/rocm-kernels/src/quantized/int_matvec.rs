@@ -1,0 +1,132 @@
+//! The integer matrix-vector product (decode): activations rounded to 8 bits per 32-element
+//! block (`quantize_q8x_*`), then 4-byte integer dot products with the weights' small integers
+//! (`qmatvec_i8_*`: `__dp4a` on NVIDIA, `sdot4`/`sudot4` on AMD, a portable fallback
+//! elsewhere). The result is the dequantized weights times the rounded activations
+//! `x' = d * rint(x / d)`, `d = amax / 127` per block, with f32 scaling and sums.
+
+use hip_core::{DeviceSlice, DeviceSliceMut, LaunchConfig, Stream};
+
+use super::{check_aligned, check_matvec_shapes, u32_arg, u32_of, QuantType, FLOAT_REASON, MODULE};
+use crate::dtype::{check_float, KernelDType};
+use crate::elementwise::{function, layout_err};
+use crate::error::{Error, Result};
+
+/// Threads per block of the integer product (`QI_BLOCK`).
+const BLOCK: u32 = 128;
+/// Output columns per block (`QI_CPB`).
+const COLS_PER_BLOCK: usize = 2;
+/// Threads per block of the activation quantization.
+const QUANTIZE_BLOCK: u32 = 256;
+
+impl QuantType {
+    /// Whether [`matvec_int`] covers this type (every type but Q2K, Q3K and Q8K, which take the
+    /// float matrix-vector kernel).
+    pub fn has_int_matvec(self) -> bool {
+        !matches!(self, QuantType::Q2K | QuantType::Q3K | QuantType::Q8K)
+    }
+}
+
+/// The scratch [`matvec_int`] needs for `m` rows of `k` activations: `(bytes of rounded
+/// activations, f32s of block factors)` = `(m k, m k / 16)`.
+pub fn matvec_int_scratch(m: usize, k: usize) -> (usize, usize) {
+    (m * k, m * k / 16)
+}
+
+/// `y (m, n) = x' (m, k) . W^T` for the `(n, k)` weights `w` in blocks of `q`, where `x'` is `x`
+/// rounded to 8 bits per 32-element block; `1 <= m <=` [`super::MATVEC_MAX_ROWS`]. `x` and `y`
+/// are contiguous, `x` 16-byte aligned; `xq` and `xds` are scratch of the sizes
+/// [`matvec_int_scratch`] gives, 16-byte aligned.
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_int<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    x: &DeviceSlice<'_, I>,
+    xq: &mut DeviceSliceMut<'_, u8>,
+    xds: &mut DeviceSliceMut<'_, f32>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    let op = "qmatvec";
+    check_float::<I>(op, FLOAT_REASON)?;
+    if !q.has_int_matvec() {
+        return Err(Error::Unsupported {
+            op: "qmatvec (8-bit activations)".into(),
+            dtype: q.name().into(),
+            reason: "no integer kernel for this block type; use the float matrix-vector product"
+                .into(),
+        });
+    }
+    check_matvec_shapes(op, q, w, (m, n, k), x.len(), y.len())?;
+    let (q_len, ds_len) = matvec_int_scratch(m, k);
+    if xq.len() != q_len || xds.len() != ds_len {
+        return Err(layout_err(
+            op,
+            format!(
+                "the activation scratch holds {} bytes and {} factors, ({m}, {k}) needs {q_len} \
+                 and {ds_len}",
+                xq.len(),
+                xds.len()
+            ),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return y.memset_async(0).map_err(Into::into);
+    }
+    check_aligned(op, "the weight blocks", w.device_ptr())?;
+    check_aligned(op, "the activations", x.device_ptr())?;
+    check_aligned(op, "the rounded activations", xq.device_ptr())?;
+    check_aligned(op, "the activation factors", xds.device_ptr())?;
+
+    // Activations -> (q, (d, d * sum q)) per 32-element block.
+    let groups = m * k / 4;
+    let quantize = function(stream, MODULE, &format!("quantize_q8x_{}", I::NAME))?;
+    let grid = u32_of(
+        op,
+        "quantize blocks",
+        groups.div_ceil(QUANTIZE_BLOCK as usize),
+    )?;
+    let cfg = LaunchConfig {
+        grid: [grid, 1, 1],
+        block: [QUANTIZE_BLOCK, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let builder = quantize
+        .builder(stream, cfg)
+        .arg(u32_arg(op, "groups", groups)?)
+        .arg(*x)
+        .arg(&mut *xq);
+    // SAFETY: (u32 groups, const I* x, i8* q, float2* ds): threads below `groups` read x[4 g ..
+    // 4 g + 4) (x holds m k = 4 groups elements, checked) and write q's int g (q holds m k bytes)
+    // and ds[g / 8] (ds holds m k / 32 float2 = m k / 16 f32s, checked); the rest only shuffle.
+    unsafe { builder.arg(&mut *xds).launch()? };
+
+    let blocks = u32_of(op, "blocks", n.div_ceil(COLS_PER_BLOCK))?;
+    let f = function(
+        stream,
+        MODULE,
+        &format!("qmatvec_i8_{}_{}", q.name(), I::NAME),
+    )?;
+    let cfg = LaunchConfig {
+        grid: [blocks, 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let builder = f
+        .builder(stream, cfg)
+        .arg(u32_arg(op, "m", m)?)
+        .arg(u32_arg(op, "n", n)?)
+        .arg(u32_arg(op, "k", k)?)
+        .arg(*w)
+        .arg(xq.as_slice())
+        .arg(xds.as_slice());
+    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const i8* q, const float2* ds, I* y): block b
+    // reads weight rows 2 b, 2 b + 1 below n (w holds n rows of row_bytes, checked), q[0 .. m k)
+    // and ds[0 .. m k / 32) (the scratch sizes, checked) and writes y[r n + c] for r < m, c < n
+    // (y holds m n, checked).
+    unsafe { builder.arg(&mut *y).launch()? };
+    Ok(())
+}
