@@ -1,7 +1,9 @@
 //! Quantized matmul ([`QRocmStorage::matmul_t`]) beside references measured in the same run:
 //!
 //! * `qmatvec_14336x4096_{type}`: one activation row (f32) times a 14336 x 4096 weight of
-//!   Q4_0, Q4K, Q6K and Q8_0, throughput = the quantized weight bytes read; beside
+//!   Q4_0, Q4K, Q6K and Q8_0, throughput = the quantized weight bytes read, by the default
+//!   8-bit-activation kernel (`candle_rocm_qmatvec`, activation rounding included) and the float
+//!   kernel (`candle_rocm_qmatvec_float`); beside
 //!   `reference_copy`, a device-to-device copy of a buffer of the same size (throughput = bytes
 //!   read + bytes written, the usual copy-bandwidth convention);
 //! * `qprefill_512x4096x14336_{type}`: 512 f16 activation rows times the same weights
@@ -14,7 +16,7 @@
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Layout, Shape, Tensor};
-use candle_rocm::{QRocmStorage, RocmDevice};
+use candle_rocm::{QRocmStorage, QuantizedMatvec, RocmDevice};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 const N: usize = 14336;
@@ -76,13 +78,23 @@ fn qmatvec(c: &mut Criterion) {
             })
         });
         g.throughput(Throughput::Bytes(bytes as u64));
-        g.bench_function("candle_rocm_qmatvec", |b| {
-            b.iter_custom(|it| {
-                gpu_time(&dev, it, || {
-                    std::hint::black_box(w.matmul_t(&wshape, &x, &xl).unwrap());
+        for (name, kind) in [
+            ("candle_rocm_qmatvec", QuantizedMatvec::Int8Activations),
+            (
+                "candle_rocm_qmatvec_float",
+                QuantizedMatvec::FloatActivations,
+            ),
+        ] {
+            dev.set_quantized_matvec(kind);
+            g.bench_function(name, |b| {
+                b.iter_custom(|it| {
+                    gpu_time(&dev, it, || {
+                        std::hint::black_box(w.matmul_t(&wshape, &x, &xl).unwrap());
+                    })
                 })
-            })
-        });
+            });
+        }
+        dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
         g.finish();
     }
 }

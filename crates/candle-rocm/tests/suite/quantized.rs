@@ -2,11 +2,14 @@
 //! the same blocks (a module of tests/conformance.rs):
 //!
 //! * dequantize (to f32, f16, bf16) is bit-identical to the CPU's, for every `GgmlDType`;
-//! * `matmul_t` (matrix-vector up to 8 rows, dequantize + GEMM above) is judged against an f64
-//!   evaluation of the dequantized weights times the activations: its error must stay within
-//!   the CPU's own error against that reference (plus the rounding of the output dtype), for
-//!   m in {1, 2, 3, 8, 9, 64, 511}, odd n, k multiples of 32 and 256, batched, offset and
-//!   transposed activations, f32/f16/bf16;
+//! * `matmul_t` (matrix-vector up to 8 rows, dequantize + GEMM above), for m in {1, 2, 3, 8, 9,
+//!   64, 511}, odd n, k multiples of 32 and 256, batched, offset and transposed activations,
+//!   f32/f16/bf16. The float paths (dequantize + GEMM, the float matrix-vector kernel) are judged
+//!   against an f64 evaluation of the dequantized weights times the activations: their error
+//!   must stay within the CPU's own error against that reference (plus the rounding of the
+//!   output dtype). The integer matrix-vector kernel (8-bit activations) is judged against an
+//!   f64 evaluation of the dequantized weights times the activations rounded exactly as it
+//!   defines them: its error must stay within f32 summation error of that reference;
 //! * embedding rows and the indexed mixture-of-experts product against f64 references, with
 //!   out-of-range ids reported as typed errors;
 //! * bad input (partial blocks, shapes that disagree, unsupported dtypes) is a typed error.
@@ -14,7 +17,7 @@
 use super::*;
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Device, Module, Tensor};
-use candle_rocm::QRocmStorage;
+use candle_rocm::{QRocmStorage, QuantizedMatvec};
 
 const ALL_TYPES: [GgmlDType; 15] = [
     GgmlDType::F32,
@@ -150,6 +153,35 @@ fn output_rounding(dtype: DType, scale: f64) -> f64 {
     eps * scale.max(1.0)
 }
 
+/// The activations as the integer matrix-vector kernel rounds them, per 32-element block:
+/// `d = amax / 127`, `x' = d * rint(x * (127 / amax))` (f32 arithmetic, ties to even; 0 where
+/// amax = 0).
+fn rounded_activations(x: &[f64]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for block in x.chunks(32) {
+        let v: Vec<f32> = block.iter().map(|&e| e as f32).collect();
+        let amax = v.iter().fold(0f32, |a, e| a.max(e.abs()));
+        let d = amax / 127.0;
+        let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+        out.extend(v.iter().map(|&e| (d * (e * id).round_ties_even()) as f64));
+    }
+    out
+}
+
+/// Whether a matmul of `m` rows on `dev` takes the integer matrix-vector kernel.
+fn takes_int_matvec(dev: &RocmDevice, dtype: GgmlDType, m: usize) -> bool {
+    let int_type = !matches!(
+        dtype,
+        GgmlDType::Q2K
+            | GgmlDType::Q3K
+            | GgmlDType::Q8K
+            | GgmlDType::F32
+            | GgmlDType::F16
+            | GgmlDType::BF16
+    );
+    m <= 8 && int_type && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
+}
+
 /// One matmul case: `x` of dims `(.., k)` in `dtype` with `layout`, against the weights.
 #[allow(clippy::too_many_arguments)]
 fn check_matmul(
@@ -184,6 +216,30 @@ fn check_matmul(
     assert_eq!(shape.dims(), want_dims.as_slice(), "{label}: output shape");
     assert_eq!(out.dtype(), dtype, "{label}: output dtype");
     let got = values_f64(&out.to_cpu_storage().unwrap());
+    if takes_int_matvec(dev, q.dtype(), m) {
+        // The kernel's definition: the dequantized weights times the rounded activations, each
+        // output within f32 summation error of it (relative to the sum of |terms|).
+        let xr = rounded_activations(&x);
+        let want_r = reference_matmul(&xr, &w, m, n, k);
+        for r in 0..m {
+            for c in 0..n {
+                let i = r * n + c;
+                let terms: f64 = (0..k).map(|j| (xr[r * k + j] * w[c * k + j]).abs()).sum();
+                let bound = 1e-5 * terms + output_rounding(dtype, scale);
+                let err = (got[i] - want_r[i]).abs();
+                assert!(
+                    err <= bound,
+                    "{label} (8-bit activations): row {r} column {c}: {} against {} (error \
+                     {err:.3e}, bound {bound:.3e}; the error against the unrounded product is \
+                     {:.3e}, the CPU's {cpu_err:.3e})",
+                    got[i],
+                    want_r[i],
+                    (got[i] - want[i]).abs()
+                );
+            }
+        }
+        return;
+    }
     let err = max_abs_diff(&got, &want);
     let bound = 1.5 * cpu_err + output_rounding(dtype, scale);
     assert!(
@@ -232,17 +288,41 @@ fn matmul_matches_the_cpu_within_its_own_error() {
                             .unwrap()
                             .to_dtype(xdtype)
                             .unwrap();
-                    let label = format!("{dtype:?} k={k} {xdtype:?} m={m} seed={seed:#x}");
-                    check_matmul(
-                        &dev,
-                        &label,
-                        &q,
-                        &g,
-                        &x,
-                        &Layout::contiguous((m, k)),
-                        &cpu_storage_of(&x),
-                    );
+                    // Both matrix-vector kernels (the choice does not change m > 8).
+                    for kind in [
+                        QuantizedMatvec::FloatActivations,
+                        QuantizedMatvec::Int8Activations,
+                    ] {
+                        dev.set_quantized_matvec(kind);
+                        let label =
+                            format!("{dtype:?} k={k} {xdtype:?} m={m} {kind:?} seed={seed:#x}");
+                        check_matmul(
+                            &dev,
+                            &label,
+                            &q,
+                            &g,
+                            &x,
+                            &Layout::contiguous((m, k)),
+                            &cpu_storage_of(&x),
+                        );
+                    }
                 }
+                // A block of zeros (amax = 0: the rounded block is zeros, no division by 0).
+                let mut zv = random_f32(2 * k, seed ^ 55);
+                zv[k..k + 32].fill(0.0);
+                let x = Tensor::from_vec(zv, (2, k), &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(xdtype)
+                    .unwrap();
+                check_matmul(
+                    &dev,
+                    &format!("{dtype:?} k={k} {xdtype:?} zero block"),
+                    &q,
+                    &g,
+                    &x,
+                    &Layout::contiguous((2, k)),
+                    &cpu_storage_of(&x),
+                );
                 // Batched (2, 3, k), with a start offset of 5 elements (unaligned: copied).
                 let b = Tensor::from_vec(random_f32(6 * k + 5, seed ^ 77), 6 * k + 5, &Device::Cpu)
                     .unwrap()
