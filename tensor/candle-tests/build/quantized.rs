@@ -40,8 +40,9 @@ pub struct ExtArm {
 
 /// Why `Device::Ext` gets Metal's expected values: the one ext backend with quantized storage is
 /// candle-rocm.
-const F32_ACTIVATIONS: &str = "candle-rocm's quantized matmul multiplies the dequantized weights \
-    by the f32 activations, as Metal's does; the CPU first quantizes the activations to q8_0 and \
+const F32_ACTIVATIONS: &str = "candle-rocm's float matrix-vector kernel (the harness's default, \
+    CANDLE_EXT_TEST_QMATVEC=float) multiplies the dequantized weights by the f32 activations, as \
+    Metal's does; the CPU first quantizes the activations to q8_0 and \
     CUDA to q8_1, which moves these sums by hundreds (the CPU's arm is up to 950 away from the \
     exact f32 products of `quantized_matmul`, CUDA's up to 91; Metal's arm equals them)";
 

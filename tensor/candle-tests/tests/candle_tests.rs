@@ -12,7 +12,10 @@
 //! candle-rocm, with `--include-ignored`). See README.md.
 //!
 //! The device comes from `CANDLE_EXT_TEST_DEVICE`: `cpu` (default): Candle's CPU backend behind
-//! the ext hook; `rocm`: candle-rocm's device of ordinal `CANDLE_EXT_TEST_ORDINAL` (default 0).
+//! the ext hook; `rocm`: candle-rocm's device of ordinal `CANDLE_EXT_TEST_ORDINAL` (default 0),
+//! with the quantized matrix-vector kernel `CANDLE_EXT_TEST_QMATVEC` names: `float` (default:
+//! the quantized tests hold an ext device to Metal's f32-activation values) or `int8`
+//! (candle-rocm's default kernel, 8-bit activations).
 
 // candle-nn's tests name candle-core `candle`.
 extern crate candle_core as candle;
@@ -25,6 +28,9 @@ include!(concat!(env!("OUT_DIR"), "/candle_test_modules.rs"));
 pub const DEVICE_VAR: &str = "CANDLE_EXT_TEST_DEVICE";
 /// Environment variable with the ROCm device ordinal (default 0) when the device is `rocm`.
 pub const ORDINAL_VAR: &str = "CANDLE_EXT_TEST_ORDINAL";
+/// Environment variable choosing candle-rocm's quantized matrix-vector kernel: `float`
+/// (default) or `int8`.
+pub const QMATVEC_VAR: &str = "CANDLE_EXT_TEST_QMATVEC";
 
 /// The device the `ext` tests run on, created once per process (see the crate docs for the
 /// environment variables). A failure to create it is an error of every `ext` test.
@@ -95,9 +101,21 @@ fn create_device() -> Result<candle_core::Device> {
     use candle_core::Device;
     match choice_from_env()? {
         Choice::Cpu => Ok(Device::Ext(candle_core::ext::ExtDevice::cpu())),
-        Choice::Rocm(ordinal) => Ok(<Device as candle_rocm::tensor::RocmDeviceExt>::new_rocm(
-            ordinal,
-        )?),
+        Choice::Rocm(ordinal) => {
+            use candle_rocm::{QuantizedMatvec, RocmDeviceExt};
+            let kind = match env_value(QMATVEC_VAR)?.as_deref() {
+                None | Some("float") => QuantizedMatvec::FloatActivations,
+                Some("int8") => QuantizedMatvec::Int8Activations,
+                Some(other) => {
+                    return Err(Error::Msg(format!(
+                        "{QMATVEC_VAR}={other:?}: expected `float` or `int8`"
+                    )))
+                }
+            };
+            let device = Device::new_rocm(ordinal)?;
+            device.as_rocm_device()?.set_quantized_matvec(kind);
+            Ok(device)
+        }
     }
 }
 
