@@ -699,21 +699,33 @@ mod tests {
     #[test]
     fn compile_options_add_arch_device_default_and_std() {
         let inc = [PathBuf::from("/usr/local/cuda/include")];
-        let opts = rtc::compile_options("sm_90", &["-DN=4".to_string()], &inc);
+        let opts = rtc::compile_options("sm_90", &["-DN=4".to_string()], &inc, true);
         assert_eq!(
             opts,
             [
                 "--gpu-architecture=sm_90",
                 "-default-device",
                 "--std=c++17",
+                "--split-compile=0",
                 "-DN=4",
                 "--include-path=/usr/local/cuda/include",
             ]
         );
-        let opts = rtc::compile_options("sm_80", &["--std=c++20".to_string()], &[]);
+        let opts = rtc::compile_options("sm_80", &["--std=c++20".to_string()], &[], false);
         assert_eq!(
             opts,
             ["--gpu-architecture=sm_80", "-default-device", "--std=c++20"]
+        );
+        // A caller's own split-compile setting wins.
+        let opts = rtc::compile_options("sm_90", &["--split-compile=4".to_string()], &[], true);
+        assert_eq!(
+            opts,
+            [
+                "--gpu-architecture=sm_90",
+                "-default-device",
+                "--std=c++17",
+                "--split-compile=4",
+            ]
         );
     }
 

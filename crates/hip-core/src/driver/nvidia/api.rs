@@ -39,6 +39,9 @@ pub(super) const CUDA_ERROR_NOT_READY: CuStatus = CUresult::CUDA_ERROR_NOT_READY
 pub(super) const CUDA_ERROR_NO_DEVICE: CuStatus = CUresult::CUDA_ERROR_NO_DEVICE as CuStatus;
 /// `NVRTC_SUCCESS`.
 pub(super) const NVRTC_SUCCESS: NvrtcStatus = nvrtcResult::NVRTC_SUCCESS as NvrtcStatus;
+/// `NVRTC_ERROR_INVALID_OPTION`: an option this NVRTC does not know.
+pub(super) const NVRTC_ERROR_INVALID_OPTION: NvrtcStatus =
+    nvrtcResult::NVRTC_ERROR_INVALID_OPTION as NvrtcStatus;
 
 /// One resolved (or absent) function of a table.
 pub(super) struct Sym<F> {

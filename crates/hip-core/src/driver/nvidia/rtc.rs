@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use cudarc::nvrtc::sys::nvrtcProgram;
 
-use super::api::{call, raw_call, NvrtcApi, NvrtcStatus, NVRTC_SUCCESS};
+use super::api::{
+    call, raw_call, NvrtcApi, NvrtcStatus, NVRTC_ERROR_INVALID_OPTION, NVRTC_SUCCESS,
+};
 use crate::error::{Error, Result};
 
 /// `<hip/hip_runtime.h>` as NVRTC sees it.
@@ -50,13 +52,20 @@ pub(super) fn cuda_include_dirs(
     dirs
 }
 
+/// The option that runs NVRTC's optimisation passes on all the machine's threads (NVRTC 12.1+):
+/// a module of many kernels compiles about 4x faster on 16 cores (attention: 71 s -> 17 s on the
+/// GPU machine), with semantically equivalent code.
+pub(super) const SPLIT_COMPILE: &str = "--split-compile=0";
+
 /// The NVRTC options for one compilation: the architecture, device code by default, C++17 (unless
-/// the caller picks a standard), the caller's options, then the toolkit include directories (so
-/// that the caller's own `-I` directories win).
+/// the caller picks a standard), parallel optimisation ([`SPLIT_COMPILE`], when `split` and the
+/// caller does not set it), the caller's options, then the toolkit include directories (so that
+/// the caller's own `-I` directories win).
 pub(super) fn compile_options(
     arch: &str,
     user: &[String],
     include_dirs: &[PathBuf],
+    split: bool,
 ) -> Vec<String> {
     let mut opts = vec![
         format!("--gpu-architecture={arch}"),
@@ -67,6 +76,12 @@ pub(super) fn compile_options(
         .any(|o| o.starts_with("-std") || o.starts_with("--std"));
     if !picks_std {
         opts.push("--std=c++17".to_string());
+    }
+    let picks_split = user
+        .iter()
+        .any(|o| o.starts_with("-split-compile") || o.starts_with("--split-compile"));
+    if split && !picks_split {
+        opts.push(SPLIT_COMPILE.to_string());
     }
     opts.extend(user.iter().cloned());
     opts.extend(
@@ -150,39 +165,45 @@ pub(super) fn compile(
         std::env::var_os("CUDA_HOME").map(PathBuf::from),
         Path::is_dir,
     );
-    let option_strings = compile_options(arch, options, &include_dirs);
-    let opts = option_strings
-        .iter()
-        .map(|o| c_string("a compiler option", o))
-        .collect::<Result<Vec<_>>>()?;
-    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|s| s.as_ptr()).collect();
-
-    let mut handle: nvrtcProgram = std::ptr::null_mut();
-    // SAFETY: every string is NUL-terminated and outlives the call (NVRTC copies them); the two
-    // header arrays both hold `VIRTUAL_HEADERS.len()` pointers.
-    unsafe {
-        call!(
-            api,
-            nvrtcCreateProgram(
-                &mut handle,
-                c_source.as_ptr(),
-                c_name.as_ptr(),
-                content_ptrs.len() as c_int,
-                content_ptrs.as_ptr(),
-                name_ptrs.as_ptr(),
+    let compile_with = |split: bool| -> Result<(Program<'_>, NvrtcStatus, Vec<String>)> {
+        let option_strings = compile_options(arch, options, &include_dirs, split);
+        let opts = option_strings
+            .iter()
+            .map(|o| c_string("a compiler option", o))
+            .collect::<Result<Vec<_>>>()?;
+        let opt_ptrs: Vec<*const c_char> = opts.iter().map(|s| s.as_ptr()).collect();
+        let mut handle: nvrtcProgram = std::ptr::null_mut();
+        // SAFETY: every string is NUL-terminated and outlives the call (NVRTC copies them); the
+        // two header arrays both hold `VIRTUAL_HEADERS.len()` pointers.
+        unsafe {
+            call!(
+                api,
+                nvrtcCreateProgram(
+                    &mut handle,
+                    c_source.as_ptr(),
+                    c_name.as_ptr(),
+                    content_ptrs.len() as c_int,
+                    content_ptrs.as_ptr(),
+                    name_ptrs.as_ptr(),
+                )
             )
-        )
-    }?;
-    let prog = Program { api, handle };
-
-    // SAFETY: `handle` is live; `opt_ptrs` holds `opt_ptrs.len()` NUL-terminated options that
-    // outlive the call.
-    let status: NvrtcStatus = unsafe {
-        raw_call!(
-            api,
-            nvrtcCompileProgram(prog.handle, opt_ptrs.len() as c_int, opt_ptrs.as_ptr())
-        )
-    }?;
+        }?;
+        let prog = Program { api, handle };
+        // SAFETY: `handle` is live; `opt_ptrs` holds `opt_ptrs.len()` NUL-terminated options
+        // that outlive the call.
+        let status: NvrtcStatus = unsafe {
+            raw_call!(
+                api,
+                nvrtcCompileProgram(prog.handle, opt_ptrs.len() as c_int, opt_ptrs.as_ptr())
+            )
+        }?;
+        Ok((prog, status, option_strings))
+    };
+    let (mut prog, mut status, mut option_strings) = compile_with(true)?;
+    if status == NVRTC_ERROR_INVALID_OPTION && option_strings.iter().any(|o| o == SPLIT_COMPILE) {
+        // An NVRTC older than 12.1 does not know the option: compile on one thread.
+        (prog, status, option_strings) = compile_with(false)?;
+    }
     if status != NVRTC_SUCCESS {
         let mut log = prog.log();
         if !log.is_empty() {
