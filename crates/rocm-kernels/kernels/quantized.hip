@@ -414,7 +414,7 @@ __device__ __forceinline__ void qk_deq_group(const u8* blocks, u64 group, float*
 }
 
 template <typename Q, typename O>
-__device__ void qk_dequantize(u64 groups, const u8* blocks, O* dst) {
+__device__ __forceinline__ void qk_dequantize(u64 groups, const u8* blocks, O* dst) {
     for (u64 i = rk_thread_id(); i < groups; i += rk_thread_count()) {
         float y[8];
         qk_deq_group<Q>(blocks, i, y);
@@ -433,7 +433,7 @@ __device__ __forceinline__ void qk_report(u32* err, u32 code, u64 idx, u64 size)
 }
 
 template <typename Q, typename O>
-__device__ void qk_embedding(u64 groups, u64 groups_per_row, u64 rows, const u32* ids,
+__device__ __forceinline__ void qk_embedding(u64 groups, u64 groups_per_row, u64 rows, const u32* ids,
                              const u8* blocks, O* dst, u32* err) {
     for (u64 i = rk_thread_id(); i < groups; i += rk_thread_count()) {
         const u64 r = i / groups_per_row;
@@ -555,7 +555,7 @@ __device__ __forceinline__ float qk_team_sum(float v) {
 }
 
 template <typename Q, typename I>
-__device__ void qk_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y) {
+__device__ __forceinline__ void qk_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y) {
     const int lane = (int)(threadIdx.x % QK_TEAM);
     const u32 col0 = (blockIdx.x * QK_TEAMS + threadIdx.x / QK_TEAM) * QK_COLS;
     // Every lane of a team has the same col0: the shuffles below see whole teams.
@@ -580,7 +580,7 @@ __device__ void qk_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y) {
 }
 
 template <typename Q, typename I>
-__device__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 experts, const u32* ids,
+__device__ __forceinline__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 experts, const u32* ids,
                        const u8* w, const I* x, I* y, u32* err) {
     const int lane = (int)(threadIdx.x % QK_TEAM);
     const u32 col0 = (blockIdx.x * QK_TEAMS + threadIdx.x / QK_TEAM) * QK_COLS;
@@ -987,7 +987,7 @@ __device__ __forceinline__ void qi_quantize(u32 groups, const I* x, signed char*
 // part) items of the row, each lane loading its part of every column before the products, and
 // the lanes' sums meet in shared memory.
 template <typename Q, typename I>
-__device__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, const signed char* xq,
+__device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, const signed char* xq,
                           const float2* xds, I* y) {
     __shared__ float red[QI_BLOCK / QK_TEAM][QK_MAX_M * QI_CPB];
     const u32 col0 = blockIdx.x * QI_CPB;

@@ -54,8 +54,13 @@ pub(super) fn cuda_include_dirs(
 
 /// The option that runs NVRTC's optimisation passes on all the machine's threads (NVRTC 12.1+):
 /// a module of many kernels compiles about 4x faster on 16 cores (attention: 71 s -> 17 s on the
-/// GPU machine), with semantically equivalent code.
+/// GPU machine), with semantically equivalent code (device functions must be `__forceinline__`
+/// to stay inlined across the split; a few kernels measured up to 9% slower). Set
+/// [`SPLIT_COMPILE_VAR`]`=0` to compile on one thread.
 pub(super) const SPLIT_COMPILE: &str = "--split-compile=0";
+
+/// Environment variable that turns [`SPLIT_COMPILE`] off when it is `0`.
+pub const SPLIT_COMPILE_VAR: &str = "HIP_CORE_NVRTC_SPLIT_COMPILE";
 
 /// The NVRTC options for one compilation: the architecture, device code by default, C++17 (unless
 /// the caller picks a standard), parallel optimisation ([`SPLIT_COMPILE`], when `split` and the
@@ -199,7 +204,8 @@ pub(super) fn compile(
         }?;
         Ok((prog, status, option_strings))
     };
-    let (mut prog, mut status, mut option_strings) = compile_with(true)?;
+    let split = std::env::var(SPLIT_COMPILE_VAR).map_or(true, |v| v.trim() != "0");
+    let (mut prog, mut status, mut option_strings) = compile_with(split)?;
     if status == NVRTC_ERROR_INVALID_OPTION && option_strings.iter().any(|o| o == SPLIT_COMPILE) {
         // An NVRTC older than 12.1 does not know the option: compile on one thread.
         (prog, status, option_strings) = compile_with(false)?;
