@@ -13,9 +13,9 @@
 //!   f32, f16 and bf16; the output has the input's dtype, as on candle's CUDA backend. The
 //!   matrix-vector kernel is chosen per device ([`RocmDevice::set_quantized_matvec`]): by default
 //!   [`QuantizedMatvec::Int8Activations`] (activations rounded to 8 bits per 32 elements, integer
-//!   dot products, as candle's CPU and CUDA quantized paths do) for every type but Q2K, Q3K and
-//!   Q8K; [`QuantizedMatvec::FloatActivations`] (weights dequantized in registers, f32 products:
-//!   the exact product of the dequantized weights) for those and on request.
+//!   dot products, as candle's CPU and CUDA quantized paths do) for every type but Q8K;
+//!   [`QuantizedMatvec::FloatActivations`] (weights dequantized in registers, f32 products: the
+//!   exact product of the dequantized weights) for Q8K and on request.
 //! * **Embedding** rows and the **indexed mixture-of-experts** product read their ids on the
 //!   device; an out-of-range id becomes a typed error at the next host read or synchronization
 //!   (the device's indexing error flag, see [`RocmDevice`]).
@@ -41,7 +41,7 @@ use crate::RocmDevice;
 pub enum QuantizedMatvec {
     /// Activations rounded to 8 bits per 32-element block, 4-byte integer dot products (2x or
     /// more faster; the error of the activations' rounding, like candle's CPU and CUDA paths).
-    /// Q2K, Q3K and Q8K weights take the float kernel.
+    /// Q8K weights take the float kernel.
     #[default]
     Int8Activations,
     /// Weights dequantized in registers, f32 activations, products and sums: the exact product

@@ -636,7 +636,8 @@ __device__ __forceinline__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u
 //     weights times the rounded activations, as per-block integer dot products of the weights'
 //     small integers with q (4-byte dot-product instructions: __dp4a on NVIDIA, sdot4 / sudot4
 //     on AMD, a portable fallback elsewhere), scaled by the blocks' factors in f32; bias/min terms
-//     use the block's d * sum(q). Blocks of QI_BLOCK (128) threads compute QI_CPB adjacent
+//     use the block's d * sum(q) (q2k, whose mins cover 16 elements, sums its q with a dot
+//     product against ones). Every weight type but q8k. Blocks of QI_BLOCK (128) threads compute QI_CPB adjacent
 //     columns for all m rows; grid (ceil(n / QI_CPB), 1). q and ds are the quantize kernel's
 //     output for the m rows (16-byte aligned); the weights of q4k and q5k are 16-byte aligned.
 //
@@ -882,6 +883,98 @@ template <int P, bool HB> struct qi_qk45 {
 template <int P> using qi_q4k = qi_qk45<P, false>;
 template <int P> using qi_q5k = qi_qk45<P, true>;
 
+// Byte b (0 .. 11) of three little-endian words, without indexing a register array.
+__device__ __forceinline__ u32 qi_byte12(u32 w0, u32 w1, u32 w2, int b) {
+    const u32 w = b < 4 ? w0 : (b < 8 ? w1 : w2);
+    return (w >> (8 * (b & 3))) & 0xFFu;
+}
+
+// q2k and q3k: part p covers half h = p / (P / 2) of the block and l = l0 .. l0 + LP (LP = 64 /
+// P <= 16, within one 16-element scale group) of each of its four 32-element rows j (elements
+// 128 h + 32 j + l): quants from qs bytes 32 h + l (bits 2j, 2j + 1), scale index 8 h + 2 j +
+// l0 / 16.
+template <int P> struct qi_q2k {
+    enum { QK = 256, BYTES = 84, PARTS = P, LP = 64 / P, NI = LP / 4 };
+    static_assert(LP <= 16, "a part stays inside one 16-element scale group");
+    struct W { float d, dmin; float sc[4], mn[4]; int v[4][NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
+        w.d = qk_f16(b + 80);
+        w.dmin = qk_f16(b + 82);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u32 sc = b[8 * h + 2 * j + l0 / 16];
+            w.sc[j] = (float)(sc & 0xF);
+            w.mn[j] = (float)(sc >> 4);
+        }
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const u32 q = (u32)qi_a4(b + 16 + 32 * h + l0 + 4 * i);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) w.v[j][i] = (int)((q >> (2 * j)) & 0x03030303u);
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
+        float acc = 0.0f, mins = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            int s = 0, sx = 0;
+#pragma unroll
+            for (int i = 0; i < NI; ++i) {
+                const int x = qi_x(q, 128 * h + 32 * j + l0 + 4 * i);
+                s = qi_dot4(w.v[j][i], x, s);
+                sx = qi_dot4(0x01010101, x, sx);
+            }
+            const float dx = ds[4 * h + j].x;
+            acc += w.sc[j] * dx * (float)s;
+            mins += w.mn[j] * dx * (float)sx;
+        }
+        return w.d * acc - w.dmin * mins;
+    }
+};
+
+template <int P> struct qi_q3k {
+    enum { QK = 256, BYTES = 110, PARTS = P, LP = 64 / P, NI = LP / 4 };
+    static_assert(LP <= 16, "a part stays inside one 16-element scale group");
+    struct W { float d; float sc[4]; int v[4][NI]; };
+    static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
+        const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
+        w.d = qk_f16(b + 108);
+        const u32 s0 = (u32)qi_a2(b + 96), s1 = (u32)qi_a2(b + 100), s2 = (u32)qi_a2(b + 104);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int i = 8 * h + 2 * j + l0 / 16;
+            const u32 lo = i < 8 ? (qi_byte12(s0, s1, s2, i) & 0xF) : (qi_byte12(s0, s1, s2, i - 8) >> 4);
+            const u32 hi = (qi_byte12(s0, s1, s2, 8 + (i & 3)) >> (2 * (i >> 2))) & 3;
+            w.sc[j] = (float)((int)(lo | (hi << 4)) - 32);
+        }
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            const u32 q = (u32)qi_a2(b + 32 + 32 * h + l0 + 4 * i);
+            const u32 m = (u32)qi_a2(b + l0 + 4 * i);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                // 2 low bits, plus 4 where the hmask bit is set: q + 4 in 0 .. 7, then minus 4.
+                const u32 v = ((q >> (2 * j)) & 0x03030303u) | (((m >> (4 * h + j)) & 0x01010101u) << 2);
+                w.v[j][i] = (int)(((v | 0x80808080u) - 0x04040404u) ^ 0x80808080u);
+            }
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            int s = 0;
+#pragma unroll
+            for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[j][i], qi_x(q, 128 * h + 32 * j + l0 + 4 * i), s);
+            acc += w.sc[j] * ds[4 * h + j].x * (float)s;
+        }
+        return w.d * acc;
+    }
+};
+
 // q6k: part p covers half nh = p / (P / 2) of the block (elements 128 nh ..) and l = l0 .. l0 +
 // LP (LP = 64 / P) of each of its four 32-element rows i: ql bytes 64 nh + l (rows 0, 2) and
 // 64 nh + 32 + l (rows 1, 3), qh bytes 128 + 32 nh + l, scales 192 + 8 nh + l0 / 16 + 2 i.
@@ -1095,6 +1188,8 @@ QI_ALL(q8_1, qi_q8_1<QI_P_32>)
 QI_ALL(q4k, qi_q4k<QI_P_K>)
 QI_ALL(q5k, qi_q5k<QI_P_K>)
 QI_ALL(q6k, qi_q6k<QI_P_K>)
+QI_ALL(q2k, qi_q2k<QI_P_K>)
+QI_ALL(q3k, qi_q3k<QI_P_K>)
 
 #define QK_PLAIN_FROM(SNAME, STYPE)                                                              \
     QK_PLAIN_KERNEL(SNAME, STYPE, f32, f32)                                                      \

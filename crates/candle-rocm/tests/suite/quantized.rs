@@ -172,12 +172,7 @@ fn rounded_activations(x: &[f64]) -> Vec<f64> {
 fn takes_int_matvec(dev: &RocmDevice, dtype: GgmlDType, m: usize) -> bool {
     let int_type = !matches!(
         dtype,
-        GgmlDType::Q2K
-            | GgmlDType::Q3K
-            | GgmlDType::Q8K
-            | GgmlDType::F32
-            | GgmlDType::F16
-            | GgmlDType::BF16
+        GgmlDType::Q8K | GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
     );
     m <= 8 && int_type && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
 }

@@ -19,10 +19,10 @@ const COLS_PER_BLOCK: usize = 2;
 const QUANTIZE_BLOCK: u32 = 256;
 
 impl QuantType {
-    /// Whether [`matvec_int`] covers this type (every type but Q2K, Q3K and Q8K, which take the
-    /// float matrix-vector kernel).
+    /// Whether [`matvec_int`] covers this type (every type but Q8K, an activation format that
+    /// takes the float matrix-vector kernel).
     pub fn has_int_matvec(self) -> bool {
-        !matches!(self, QuantType::Q2K | QuantType::Q3K | QuantType::Q8K)
+        self != QuantType::Q8K
     }
 }
 
