@@ -4,9 +4,10 @@
 //!
 //! Blocks are raw GGML bytes ([`QuantType`] gives each type's block size in elements and bytes,
 //! `kernels/quantized.hip` the layouts). Dequantization is bit-identical to candle-core's CPU
-//! `to_float` (same f32 operations, same order, no FMA contraction); the products accumulate
-//! `activation * dequantized weight` in f32 (no activation quantization) and round the sum once
-//! to the activation dtype.
+//! `to_float` (same f32 operations, same order, no FMA contraction). [`matvec`] and [`moe`]
+//! accumulate `activation * dequantized weight` in f32 (no activation quantization) and round
+//! the sum once to the activation dtype; [`matvec_int`] rounds the activations to 8 bits per
+//! 32-element block and uses 4-byte integer dot products (see its module).
 //!
 //! Every wrapper validates before launching ([`Error::Layout`] for block buffers that are not a
 //! whole number of blocks, shapes that disagree with the buffers, a `k` that is not a multiple
