@@ -454,6 +454,22 @@ fn check_matvec_shapes(
     Ok(())
 }
 
+/// Finishes a matrix-vector product that needs no kernel: nothing to write (`n == 0`) or zeros
+/// (`k == 0`). Returns whether it did.
+fn matvec_is_trivial<I: KernelDType>(
+    (n, k): (usize, usize),
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<bool> {
+    if n == 0 {
+        return Ok(true);
+    }
+    if k == 0 {
+        y.memset_async(0)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
 /// `y (m, n) = x (m, k) . W^T` for the `(n, k)` weights `w` in blocks of `q`, `1 <= m <=`
 /// [`MATVEC_MAX_ROWS`]; `x` and `y` are contiguous, `x` 16-byte aligned.
 pub fn matvec<I: KernelDType>(
@@ -467,11 +483,8 @@ pub fn matvec<I: KernelDType>(
     let op = "qmatvec";
     check_float::<I>(op, FLOAT_REASON)?;
     check_matvec_shapes(op, q, w, (m, n, k), x.len(), y.len())?;
-    if n == 0 {
+    if matvec_is_trivial((n, k), y)? {
         return Ok(());
-    }
-    if k == 0 {
-        return y.memset_async(0).map_err(Into::into);
     }
     check_aligned(op, "the weight blocks", w.device_ptr())?;
     check_aligned(op, "the activations", x.device_ptr())?;

@@ -6,7 +6,10 @@
 
 use hip_core::{DeviceSlice, DeviceSliceMut, LaunchConfig, Stream};
 
-use super::{check_aligned, check_matvec_shapes, u32_arg, u32_of, QuantType, FLOAT_REASON, MODULE};
+use super::{
+    check_aligned, check_matvec_shapes, matvec_is_trivial, u32_arg, u32_of, QuantType,
+    FLOAT_REASON, MODULE,
+};
 use crate::dtype::{check_float, KernelDType};
 use crate::elementwise::{function, layout_err};
 use crate::error::{Error, Result};
@@ -70,11 +73,8 @@ pub fn matvec_int<I: KernelDType>(
             ),
         ));
     }
-    if n == 0 {
+    if matvec_is_trivial((n, k), y)? {
         return Ok(());
-    }
-    if k == 0 {
-        return y.memset_async(0).map_err(Into::into);
     }
     check_aligned(op, "the weight blocks", w.device_ptr())?;
     check_aligned(op, "the activations", x.device_ptr())?;
