@@ -1,6 +1,6 @@
 //! [`RocmDevice`]: candle's `BackendDevice` over a hip-core device.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use candle_core::backend::BackendDevice;
@@ -53,8 +53,9 @@ pub struct RocmDevice {
     rng_offset: Arc<AtomicU64>,
     index_flag: Arc<OnceLock<IndexErrorFlag>>,
     libraries: Arc<crate::blas::Libraries>,
-    /// The [`QuantizedMatvec`] choice (0: 8-bit activations, 1: float activations).
-    matvec_kind: Arc<AtomicU8>,
+    /// Whether quantized matrix-vector products take the float kernel
+    /// ([`QuantizedMatvec::FloatActivations`]) rather than the 8-bit one.
+    float_matvec: Arc<AtomicBool>,
 }
 
 impl RocmDevice {
@@ -73,7 +74,7 @@ impl RocmDevice {
             rng_offset: Arc::new(AtomicU64::new(0)),
             index_flag: Arc::new(OnceLock::new()),
             libraries: Arc::default(),
-            matvec_kind: Arc::new(AtomicU8::new(0)),
+            float_matvec: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -81,18 +82,16 @@ impl RocmDevice {
     /// [`MATVEC_MAX_ROWS`](rocm_kernels::quantized::MATVEC_MAX_ROWS) activation rows on this
     /// device and its clones (every tensor on it); prefill always dequantizes and runs a GEMM.
     pub fn set_quantized_matvec(&self, kind: QuantizedMatvec) {
-        let v = match kind {
-            QuantizedMatvec::Int8Activations => 0,
-            QuantizedMatvec::FloatActivations => 1,
-        };
-        self.matvec_kind.store(v, Ordering::Relaxed);
+        self.float_matvec
+            .store(kind == QuantizedMatvec::FloatActivations, Ordering::Relaxed);
     }
 
     /// The current [`QuantizedMatvec`] choice of this device.
     pub fn quantized_matvec(&self) -> QuantizedMatvec {
-        match self.matvec_kind.load(Ordering::Relaxed) {
-            0 => QuantizedMatvec::Int8Activations,
-            _ => QuantizedMatvec::FloatActivations,
+        if self.float_matvec.load(Ordering::Relaxed) {
+            QuantizedMatvec::FloatActivations
+        } else {
+            QuantizedMatvec::Int8Activations
         }
     }
 

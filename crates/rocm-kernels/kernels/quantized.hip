@@ -675,7 +675,7 @@ __device__ __forceinline__ int qi_a2(const u8* p) {
     return (int)((u32)h[0] | ((u32)h[1] << 16));
 }
 __device__ __forceinline__ int qi_a4(const u8* p) { return *(const int*)p; }
-// 4 activation bytes in shared memory (4-byte aligned).
+// 4 rounded activation bytes (4-byte aligned).
 __device__ __forceinline__ int qi_x(const signed char* q, int off) { return *(const int*)(q + off); }
 
 // Bits 0..3 of t moved to bit 4 of bytes 0..3 (the fifth bit of 4 consecutive 5-bit values).

@@ -29,6 +29,16 @@ impl QuantType {
     }
 }
 
+/// A launch of `blocks` blocks of `threads` threads in one dimension, or an error naming `what`
+/// when the grid does not fit.
+fn config_1d(op: &str, what: &str, blocks: usize, threads: u32) -> Result<LaunchConfig> {
+    Ok(LaunchConfig {
+        grid: [u32_of(op, what, blocks)?, 1, 1],
+        block: [threads, 1, 1],
+        shared_mem_bytes: 0,
+    })
+}
+
 /// The scratch [`matvec_int`] needs for `m` rows of `k` activations: `(bytes of rounded
 /// activations, f32s of block factors)` = `(m k, m k / 16)`.
 pub fn matvec_int_scratch(m: usize, k: usize) -> (usize, usize) {
@@ -84,16 +94,12 @@ pub fn matvec_int<I: KernelDType>(
     // Activations -> (q, (d, d * sum q)) per 32-element block.
     let groups = m * k / 4;
     let quantize = function(stream, MODULE, &format!("quantize_q8x_{}", I::NAME))?;
-    let grid = u32_of(
+    let cfg = config_1d(
         op,
         "quantize blocks",
         groups.div_ceil(QUANTIZE_BLOCK as usize),
+        QUANTIZE_BLOCK,
     )?;
-    let cfg = LaunchConfig {
-        grid: [grid, 1, 1],
-        block: [QUANTIZE_BLOCK, 1, 1],
-        shared_mem_bytes: 0,
-    };
     let builder = quantize
         .builder(stream, cfg)
         .arg(u32_arg(op, "groups", groups)?)
@@ -104,17 +110,12 @@ pub fn matvec_int<I: KernelDType>(
     // and ds[g / 8] (ds holds m k / 32 float2 = m k / 16 f32s, checked); the rest only shuffle.
     unsafe { builder.arg(&mut *xds).launch()? };
 
-    let blocks = u32_of(op, "blocks", n.div_ceil(COLS_PER_BLOCK))?;
+    let cfg = config_1d(op, "blocks", n.div_ceil(COLS_PER_BLOCK), BLOCK)?;
     let f = function(
         stream,
         MODULE,
         &format!("qmatvec_i8_{}_{}", q.name(), I::NAME),
     )?;
-    let cfg = LaunchConfig {
-        grid: [blocks, 1, 1],
-        block: [BLOCK, 1, 1],
-        shared_mem_bytes: 0,
-    };
     let builder = f
         .builder(stream, cfg)
         .arg(u32_arg(op, "m", m)?)
