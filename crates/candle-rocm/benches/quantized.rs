@@ -7,8 +7,10 @@
 //!   `reference_copy`, a device-to-device copy of a buffer of the same size (throughput = bytes
 //!   read + bytes written, the usual copy-bandwidth convention);
 //! * `qprefill_512x4096x14336_{type}`: 512 f16 activation rows times the same weights
-//!   (dequantize to f16 + GEMM, whole time), throughput = 2 m n k FLOPs; beside
-//!   `reference_f16_gemm`, the dense f16 GEMM of the same shape through candle-rocm's matmul.
+//!   (dequantize to f16 + GEMM, whole time), throughput = 2 m n k FLOPs, with the device's
+//!   default [`QuantizedGemmPlan`] (`candle_rocm_qmatmul`) and others (`plan_chunk_*`: chunk
+//!   size, one stream or overlapped); beside `reference_f16_gemm`, the dense f16 GEMM of the
+//!   same shape through candle-rocm's matmul.
 //!
 //! On a GPU machine: `cargo bench -p candle-rocm --no-default-features --bench quantized -- --warm-up-time 1 --measurement-time 2`
 #![allow(missing_docs)] // criterion_group! generates undocumented items
@@ -16,7 +18,7 @@
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Layout, Shape, Tensor};
-use candle_rocm::{QRocmStorage, QuantizedMatvec, RocmDevice};
+use candle_rocm::{QRocmStorage, QuantizedGemmPlan, QuantizedMatvec, RocmDevice};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 const N: usize = 14336;
@@ -131,6 +133,34 @@ fn qprefill(c: &mut Criterion) {
                 })
             })
         });
+        // Other chunk plans: the whole matrix at once (the path before chunking) for every type,
+        // a sweep for Q4K.
+        let mut plans = vec![(0, false)];
+        if dtype == GgmlDType::Q4K {
+            for mib in [8, 16, 32] {
+                plans.extend([(mib << 20, false), (mib << 20, true)]);
+            }
+        }
+        let default_plan = dev.quantized_gemm_plan();
+        for (chunk_bytes, overlap) in plans {
+            dev.set_quantized_gemm_plan(QuantizedGemmPlan {
+                chunk_bytes,
+                overlap,
+            });
+            let name = format!(
+                "plan_chunk_{}MiB_{}",
+                chunk_bytes >> 20,
+                if overlap { "overlap" } else { "one_stream" }
+            );
+            g.bench_function(name, |b| {
+                b.iter_custom(|it| {
+                    gpu_time(&dev, it, || {
+                        std::hint::black_box(w.matmul_t(&wshape, &x, &xl).unwrap());
+                    })
+                })
+            });
+        }
+        dev.set_quantized_gemm_plan(default_plan);
         g.finish();
     }
 }

@@ -1,6 +1,6 @@
 //! [`RocmDevice`]: candle's `BackendDevice` over a hip-core device.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use candle_core::backend::BackendDevice;
@@ -12,7 +12,7 @@ use rocm_kernels::indexing::IndexErrorFlag;
 use rocm_kernels::KernelDType;
 
 use crate::error::{hip_err, kernel_err, RocmError, DUMMY_REASON};
-use crate::quantized::QuantizedMatvec;
+use crate::quantized::{QuantizedGemmPlan, QuantizedMatvec};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// The seed a new device starts with (the same default as candle's CUDA backend).
@@ -56,6 +56,13 @@ pub struct RocmDevice {
     /// Whether quantized matrix-vector products take the float kernel
     /// ([`QuantizedMatvec::FloatActivations`]) rather than the 8-bit one.
     float_matvec: Arc<AtomicBool>,
+    /// [`QuantizedGemmPlan::chunk_bytes`] of quantized prefill products.
+    qgemm_chunk_bytes: Arc<AtomicUsize>,
+    /// [`QuantizedGemmPlan::overlap`] of quantized prefill products.
+    qgemm_overlap: Arc<AtomicBool>,
+    /// A second stream for work that overlaps the main stream's (created on first use; ordered
+    /// against the main stream by events only).
+    side_stream: Arc<OnceLock<std::result::Result<Stream, String>>>,
 }
 
 impl RocmDevice {
@@ -75,6 +82,9 @@ impl RocmDevice {
             index_flag: Arc::new(OnceLock::new()),
             libraries: Arc::default(),
             float_matvec: Arc::new(AtomicBool::new(false)),
+            qgemm_chunk_bytes: Arc::new(AtomicUsize::new(QuantizedGemmPlan::default().chunk_bytes)),
+            qgemm_overlap: Arc::new(AtomicBool::new(QuantizedGemmPlan::default().overlap)),
+            side_stream: Arc::default(),
         }
     }
 
@@ -93,6 +103,32 @@ impl RocmDevice {
         } else {
             QuantizedMatvec::Int8Activations
         }
+    }
+
+    /// Chooses how quantized matmuls with more than
+    /// [`MATVEC_MAX_ROWS`](rocm_kernels::quantized::MATVEC_MAX_ROWS) activation rows are split
+    /// into dequantize + GEMM chunks on this device and its clones.
+    pub fn set_quantized_gemm_plan(&self, plan: QuantizedGemmPlan) {
+        self.qgemm_chunk_bytes
+            .store(plan.chunk_bytes, Ordering::Relaxed);
+        self.qgemm_overlap.store(plan.overlap, Ordering::Relaxed);
+    }
+
+    /// The current [`QuantizedGemmPlan`] of this device.
+    pub fn quantized_gemm_plan(&self) -> QuantizedGemmPlan {
+        QuantizedGemmPlan {
+            chunk_bytes: self.qgemm_chunk_bytes.load(Ordering::Relaxed),
+            overlap: self.qgemm_overlap.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The device's side stream (created on first use), for work that overlaps the main
+    /// stream's; callers order it against [`RocmDevice::stream`] with events.
+    pub(crate) fn side_stream(&self, op: &str) -> Result<Stream> {
+        self.side_stream
+            .get_or_init(|| self.device.create_stream().map_err(|e| e.to_string()))
+            .clone()
+            .map_err(|e| RocmError::library(op, "HIP (creating a side stream)", e).into())
     }
 
     /// The device ordinal.

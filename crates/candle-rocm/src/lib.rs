@@ -109,7 +109,7 @@ pub mod flash_attn;
 pub use conv::{Conv2dSpec, ConvPath};
 pub use device::RocmDevice;
 pub use error::RocmError;
-pub use quantized::{QRocmStorage, QuantizedMatvec};
+pub use quantized::{QRocmStorage, QuantizedGemmPlan, QuantizedMatvec};
 pub use storage::{RocmStorage, RocmStorageSlice};
 #[cfg(feature = "tensor")]
 pub use tensor::RocmDeviceExt;

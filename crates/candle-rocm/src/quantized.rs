@@ -9,7 +9,9 @@
 //!   format), then uploaded: bit-identical to the CPU by construction.
 //! * **`matmul_t`** (`QMatMul::forward`, `x (.., k) x W^T` for `W (n, k)`): up to
 //!   [`MATVEC_MAX_ROWS`] activation rows go to a quantized matrix-vector kernel; more rows
-//!   dequantize the weights to the activation dtype and run one rocBLAS (cuBLAS) GEMM. Inputs
+//!   dequantize the weights to the activation dtype in chunks of rows, each multiplied by a
+//!   rocBLAS (cuBLAS) GEMM, the next chunk dequantized on a side stream meanwhile
+//!   ([`RocmDevice::set_quantized_gemm_plan`], [`QuantizedGemmPlan`]). Inputs
 //!   f32, f16 and bf16; the output has the input's dtype, as on candle's CUDA backend. The
 //!   matrix-vector kernel is chosen per device ([`RocmDevice::set_quantized_matvec`]): by default
 //!   [`QuantizedMatvec::Int8Activations`] (activations rounded to 8 bits per 32 elements, integer
@@ -35,6 +37,10 @@ use rocm_kernels::KernelDType;
 use crate::error::{hip_err, kernel_err, RocmError};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 use crate::RocmDevice;
+
+mod prefill;
+
+pub use prefill::QuantizedGemmPlan;
 
 /// Which kernel multiplies quantized weights with up to [`MATVEC_MAX_ROWS`] activation rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -408,8 +414,20 @@ impl QRocmStorage {
                         .map_err(kernel_err(op))?;
                 }
             }
-            _ => {
-                // Prefill: the weights dequantized to T, then one GEMM.
+            Blocks::Quant(q) => {
+                // Prefill: the weights dequantized to T in chunks of rows, a GEMM per chunk.
+                let copy;
+                let xs = if x_layout.is_contiguous() {
+                    let off = x_layout.start_offset();
+                    x.slice(off..off + m * k).map_err(hip_err(op))?
+                } else {
+                    copy = dev.contiguous_copy(op, &x.as_slice(), x_layout)?;
+                    copy.as_slice()
+                };
+                prefill::gemm_dequantized(dev, op, q, &self.blocks, (m, n, k), &xs, &mut out)?;
+            }
+            Blocks::Plain(_) => {
+                // Plain weights converted to T, then one GEMM.
                 let w = self.dequantize_to::<T>(n * k)?;
                 let copy;
                 let (xs, xl) = if x_layout.is_contiguous() {

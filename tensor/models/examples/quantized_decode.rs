@@ -14,7 +14,7 @@
 //! (the copy: a 1 GiB device-to-device tensor copy, read + write bytes); host time per token
 //! (the forward call alone, which only queues work) beside the wall time per token; and kernel
 //! launches per token (`hip_core::launch_count`; vendor-library launches inside a GEMM are not
-//! counted).
+//! counted), then the launches of one more token by kernel name (`hip_core::launch_profile_*`).
 //!
 //! `cargo run --release --example quantized_decode -- [--device rocm|cpu] [--layers N] [--tokens N]`
 
@@ -189,6 +189,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pos += 1;
     }
     let wall = t.elapsed().as_secs_f64();
+    // One more (untimed) token with the launches counted by kernel name.
+    hip_core::launch_profile_start();
+    let x = Tensor::new(&[next], &device)?.unsqueeze(0)?;
+    let l = model.forward(&x, pos)?;
+    let profile = hip_core::launch_profile_stop();
+    drop(l.to_dtype(DType::F32)?.to_vec2::<f32>()?);
     let n = args.tokens as f64;
     let tps = n / wall;
     let roofline = matmul_bytes as f64 * tps / copy_bw;
@@ -209,5 +215,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         matmul_bytes as f64 * tps / 1e9,
         roofline * 100.0
     );
+    println!("launches of one token by kernel:");
+    for (name, count) in profile {
+        println!("  {count:5} {name}");
+    }
     Ok(())
 }

@@ -9,7 +9,9 @@
 //!   must stay within the CPU's own error against that reference (plus the rounding of the
 //!   output dtype). The integer matrix-vector kernel (8-bit activations) is judged against an
 //!   f64 evaluation of the dequantized weights times the activations rounded exactly as it
-//!   defines them: its error must stay within f32 summation error of that reference;
+//!   defines them: its error must stay within f32 summation error of that reference; the
+//!   prefill's chunk plans (one row or a few rows per chunk, one stream or overlapped on the
+//!   side stream, a last partial chunk) give the same accuracy;
 //! * embedding rows and the indexed mixture-of-experts product against f64 references, with
 //!   out-of-range ids reported as typed errors;
 //! * bad input (partial blocks, shapes that disagree, unsupported dtypes) is a typed error.
@@ -17,7 +19,7 @@
 use super::*;
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Device, Module, Tensor};
-use candle_rocm::{QRocmStorage, QuantizedMatvec};
+use candle_rocm::{QRocmStorage, QuantizedGemmPlan, QuantizedMatvec};
 
 const ALL_TYPES: [GgmlDType; 15] = [
     GgmlDType::F32,
@@ -354,6 +356,82 @@ fn matmul_matches_the_cpu_within_its_own_error() {
             }
         }
     }
+}
+
+/// Prefill (m > 8) in chunks of rows: every plan gives the CPU's accuracy, for chunks of one
+/// row, of a few rows with a partial last chunk, of the whole matrix, on one stream and
+/// overlapped, contiguous, offset and transposed activations.
+#[test]
+#[ignore = "needs a GPU"]
+fn prefill_chunk_plans_match_the_cpu() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let n = 37;
+    for (dtype, k) in [
+        (GgmlDType::Q4_0, 256),
+        (GgmlDType::Q4K, 512),
+        (GgmlDType::Q6K, 256),
+        (GgmlDType::Q8_0, 96),
+    ] {
+        let seed = case_seed(base_seed(), &["qprefill", &format!("{dtype:?}")]);
+        let (q, g) = quantized_pair(&dev, dtype, &[n, k], seed);
+        for xdtype in [DType::F32, DType::F16, DType::BF16] {
+            let esize = xdtype.size_in_bytes();
+            for (rows, overlap) in [(1, true), (1, false), (5, true), (5, false), (0, true)] {
+                dev.set_quantized_gemm_plan(QuantizedGemmPlan {
+                    chunk_bytes: rows * k * esize,
+                    overlap,
+                });
+                let plan = format!("{rows} rows per chunk, overlap {overlap}");
+                for m in [9usize, 64] {
+                    let x =
+                        Tensor::from_vec(random_f32(m * k, seed ^ m as u64), (m, k), &Device::Cpu)
+                            .unwrap()
+                            .to_dtype(xdtype)
+                            .unwrap();
+                    check_matmul(
+                        &dev,
+                        &format!("{dtype:?} k={k} {xdtype:?} m={m} {plan}"),
+                        &q,
+                        &g,
+                        &x,
+                        &Layout::contiguous((m, k)),
+                        &cpu_storage_of(&x),
+                    );
+                }
+                // Batched (2, 6, k) at a start offset of 3 elements.
+                let b =
+                    Tensor::from_vec(random_f32(12 * k + 3, seed ^ 7), 12 * k + 3, &Device::Cpu)
+                        .unwrap()
+                        .to_dtype(xdtype)
+                        .unwrap();
+                let x = b.narrow(0, 3, 12 * k).unwrap().reshape((2, 6, k)).unwrap();
+                check_matmul(
+                    &dev,
+                    &format!("{dtype:?} k={k} {xdtype:?} batched+offset {plan}"),
+                    &q,
+                    &g,
+                    &x,
+                    &Layout::contiguous_with_offset((2, 6, k), 3),
+                    &cpu_storage_of(&b),
+                );
+                // Transposed activations (copied to rows first).
+                let s = Tensor::from_vec(random_f32(k * 20, seed ^ 9), (k, 20), &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(xdtype)
+                    .unwrap();
+                check_matmul(
+                    &dev,
+                    &format!("{dtype:?} k={k} {xdtype:?} transposed m=20 {plan}"),
+                    &q,
+                    &g,
+                    &s.t().unwrap(),
+                    &Layout::new(Shape::from((20, k)), vec![1, 20], 0),
+                    &cpu_storage_of(&s),
+                );
+            }
+        }
+    }
+    dev.set_quantized_gemm_plan(QuantizedGemmPlan::default());
 }
 
 #[test]
