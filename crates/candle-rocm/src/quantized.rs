@@ -9,9 +9,9 @@
 //!   format), then uploaded: bit-identical to the CPU by construction.
 //! * **`matmul_t`** (`QMatMul::forward`, `x (.., k) x W^T` for `W (n, k)`): up to
 //!   [`MATVEC_MAX_ROWS`] activation rows go to a quantized matrix-vector kernel; more rows
-//!   dequantize the weights to the activation dtype in chunks of rows, each multiplied by a
-//!   rocBLAS (cuBLAS) GEMM, the next chunk dequantized on a side stream meanwhile
-//!   ([`RocmDevice::set_quantized_gemm_plan`], [`QuantizedGemmPlan`]). Inputs
+//!   dequantize the weights to the activation dtype in chunks of rows (256 MiB by default),
+//!   each multiplied by a rocBLAS (cuBLAS) GEMM ([`RocmDevice::set_quantized_gemm_plan`],
+//!   [`QuantizedGemmPlan`]). Inputs
 //!   f32, f16 and bf16; the output has the input's dtype, as on candle's CUDA backend. The
 //!   matrix-vector kernel is chosen per device ([`RocmDevice::set_quantized_matvec`]): by default
 //!   [`QuantizedMatvec::Int8Activations`] (activations rounded to 8 bits per 32 elements, integer

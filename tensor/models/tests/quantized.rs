@@ -13,6 +13,9 @@
 //!   (`CANDLE_DEQUANTIZE_ALL`, the arithmetic of our kernels: f32 activations times exact
 //!   dequantized weights), and the agreement with the CPU's own quantized-activation path is
 //!   reported; the default 8-bit-activation kernel's tokens are reported beside both;
+//! * decode steps take the fused attention (candle-nn's `sdpa`, routed to our kernels by the
+//!   Candle patch) where our kernels have the head dim and the unfused path where not, both
+//!   matching the CPU;
 //!
 //! (candle-transformers' `quantized_qwen3_moe` runs its experts through candle-nn's
 //! `moe_gemm_gguf`, which Candle implements for CUDA only: the CPU cannot run it, so there is no
@@ -30,6 +33,14 @@ use candle_rocm_models::gguf_tools::{
     load_quantized_llama, write_random_llama_gguf, RandomLlamaConfig,
 };
 use candle_transformers::models::quantized_llama::ModelWeights;
+
+/// Serialises this file's tests: one of them counts launches by kernel name, which are
+/// process-wide.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn rocm() -> Device {
     Device::new_rocm(0).expect("a ROCm device (HIP_PLATFORM=nvidia on NVIDIA)")
@@ -157,6 +168,7 @@ fn cpu_exact_model(path: &std::path::Path) -> ModelWeights {
 #[test]
 #[ignore = "needs a GPU"]
 fn random_llama_gguf_matches_the_cpu_for_every_block_type() {
+    let _serial = one_at_a_time();
     let dir = tmp_dir("llama");
     let cfg = RandomLlamaConfig::tiny();
     let prompt: Vec<u32> = vec![1, 17, 300, 42, 99, 5, 511];
@@ -210,6 +222,72 @@ fn random_llama_gguf_matches_the_cpu_for_every_block_type() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Decode steps (one query row) take the fused attention through candle-nn's `sdpa` where our
+/// kernels have the head dim (64 here), and candle-transformers' unfused path where they do not
+/// (16): both match the CPU as closely as the CPU matches the exact model.
+#[test]
+#[ignore = "needs a GPU"]
+fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
+    let _serial = one_at_a_time();
+    let dir = tmp_dir("sdpa");
+    let prompt: Vec<u32> = vec![1, 17, 300, 42, 99];
+    for (heads, kv_heads, fused) in [(4, 2, true), (16, 8, false)] {
+        let cfg = RandomLlamaConfig {
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            ..RandomLlamaConfig::tiny()
+        };
+        let d = cfg.head_dim();
+        let path = dir.join(format!("q8_d{d}.gguf"));
+        write_random_llama_gguf(&path, &cfg, GgmlDType::Q8_0, 5).unwrap();
+        let mut cpu = load_quantized_llama(&path, &Device::Cpu).unwrap();
+        let mut exact = cpu_exact_model(&path);
+        let mut gpu = load_quantized_llama(&path, &rocm()).unwrap();
+        let f = teacher_forced(&mut cpu, &mut exact, &mut gpu, &prompt, 6);
+        let bound = 1.5 * f.cpu_vs_exact + 1e-3;
+        assert!(
+            f.gpu_vs_exact <= bound,
+            "head dim {d}: relative logit error {:.3e} against the exact model, bound {bound:.3e} \
+             (the CPU's {:.3e})",
+            f.gpu_vs_exact,
+            f.cpu_vs_exact
+        );
+        // One more decode step, its launches counted by kernel name.
+        let x = Tensor::new(&[f.cpu_tokens[0]], &rocm())
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        hip_core::launch_profile_start();
+        let logits = gpu.forward(&x, prompt.len() + 6).unwrap();
+        let profile = hip_core::launch_profile_stop();
+        logits_f32(&logits);
+        let decode = profile
+            .iter()
+            .filter(|(name, _)| name.starts_with("attn_decode_"))
+            .map(|(_, n)| n)
+            .sum::<u64>();
+        let softmax = profile
+            .iter()
+            .filter(|(name, _)| name.starts_with("softmax_"))
+            .map(|(_, n)| n)
+            .sum::<u64>();
+        if fused {
+            assert_eq!(
+                (decode, softmax),
+                (cfg.num_layers as u64, 0),
+                "head dim {d}: one fused decode per layer expected, launches {profile:?}"
+            );
+        } else {
+            assert_eq!(
+                (decode, softmax),
+                (0, cfg.num_layers as u64),
+                "head dim {d}: the unfused path expected, launches {profile:?}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The SmolLM2 GGUF: `CANDLE_ROCM_SMOLLM2_GGUF`, else the fetched model's directory.
 fn smollm2_path() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("CANDLE_ROCM_SMOLLM2_GGUF") {
@@ -257,6 +335,7 @@ fn cpu_tokens(
 #[test]
 #[ignore = "needs a GPU"]
 fn smollm2_generates_the_cpu_tokens() {
+    let _serial = one_at_a_time();
     let Some(path) = smollm2_path() else {
         panic!("SmolLM2 not found: run scripts/fetch-smollm2.sh or set CANDLE_ROCM_SMOLLM2_GGUF");
     };

@@ -2,12 +2,13 @@
 //! chunks of whole rows, each chunk multiplied by one rocBLAS (cuBLAS) GEMM into its columns of
 //! the output.
 //!
-//! Chunking bounds the temporary (two chunks at most instead of the whole dequantized matrix)
-//! and keeps each chunk small enough to stay in the GPU's last-level cache between its
-//! dequantization and its GEMM. With [`QuantizedGemmPlan::overlap`] the chunks are dequantized on
-//! the device's side stream while the GEMMs run on the main stream, ordered by events (no host
-//! waits): the memory-bound dequantization of chunk `i + 1` runs beside the compute-bound GEMM
-//! of chunk `i`.
+//! Chunking bounds the temporary (one chunk, or two when overlapped, instead of the whole
+//! dequantized matrix). With [`QuantizedGemmPlan::overlap`] the chunks are dequantized on the
+//! device's side stream while the GEMMs run on the main stream, ordered by events (no host
+//! waits), so that the memory-bound dequantization of chunk `i + 1` can run beside the
+//! compute-bound GEMM of chunk `i`. On an H100 neither small chunks (which could stay in the
+//! last-level cache) nor overlap beat one whole-matrix GEMM (docs/quantized.md): the default
+//! only splits matrices larger than 256 MiB dequantized.
 
 use candle_core::Result;
 use hip_core::{DeviceBuffer, DeviceSlice, Event};
@@ -32,11 +33,14 @@ pub struct QuantizedGemmPlan {
 }
 
 impl Default for QuantizedGemmPlan {
-    /// The measured best on the GPU machine (docs/quantized.md): 16 MiB chunks, overlapped.
+    /// Chunks of at most 256 MiB, one stream: a layer matrix of an 8B model (117 MB in f16) is
+    /// one chunk, since narrower GEMMs were slower than the whole one on the GPU machine and
+    /// overlapping gained nothing there (docs/quantized.md); a large output layer (128256 x 4096
+    /// is 1 GiB in f16) is split, which bounds the temporary.
     fn default() -> Self {
         QuantizedGemmPlan {
-            chunk_bytes: 16 << 20,
-            overlap: true,
+            chunk_bytes: 256 << 20,
+            overlap: false,
         }
     }
 }
