@@ -164,6 +164,25 @@ pub(crate) fn gemm_config(
         Storage::RowMajor(ld) => (Operation::None, ld),
         Storage::ColMajor(ld) => (Operation::Transpose, ld),
     };
+    if b > 1 && stride_a == 0 && transb == Operation::None && stride_b == m * ldb {
+        // The same rhs for every batch entry (a Linear layer's broadcast weight) and lhs rows
+        // evenly spaced across batches: one GEMM of `b * m` rows, which the library runs far
+        // better than `b` small ones (the output is contiguous either way).
+        return Ok(GemmConfig {
+            transa,
+            transb,
+            m: n,
+            n: b * m,
+            k,
+            lda,
+            ldb,
+            ldc: n.max(1),
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: b * m * n,
+            batch: 1,
+        });
+    }
     Ok(GemmConfig {
         transa,
         transb,
@@ -248,13 +267,28 @@ mod tests {
     #[test]
     fn broadcast_batch_and_narrowed_views() {
         // rhs shared by every batch (stride 0), as `x.matmul(&w.broadcast_left(b))`.
+        // With lhs rows evenly spaced across batches, one GEMM of all rows.
         let rhs = layout(&[3, 4, 5], &[0, 5, 1], 0);
         let c = cfg((3, 2, 5, 4), &Layout::contiguous((3, 2, 4)), &rhs).unwrap();
-        assert_eq!(summary(&c), (N, N, 5, 4, 0, 8));
+        assert_eq!(summary(&c), (N, N, 5, 4, 0, 0));
+        assert_eq!((c.m, c.n, c.k, c.batch, c.ldc), (5, 6, 4, 1, 5));
+        // Rows of a narrowed lhs (ld 10) evenly spaced too: still one GEMM.
+        let lhs = layout(&[3, 2, 4], &[20, 10, 1], 1);
+        let c = cfg((3, 2, 5, 4), &lhs, &rhs).unwrap();
+        assert_eq!((c.n, c.ldb, c.batch), (6, 10, 1));
+        // Batches further apart than their rows: one GEMM per batch entry.
+        let lhs = layout(&[3, 2, 4], &[9, 4, 1], 0);
+        let c = cfg((3, 2, 5, 4), &lhs, &rhs).unwrap();
+        assert_eq!(summary(&c), (N, N, 5, 4, 0, 9));
+        assert_eq!((c.n, c.batch), (2, 3));
+        // A transposed lhs (column-major): one GEMM per batch entry.
+        let lhs = Layout::contiguous((3, 4, 2)).transpose(1, 2).unwrap();
+        let c = cfg((3, 2, 5, 4), &lhs, &rhs).unwrap();
+        assert_eq!((c.transb, c.n, c.batch, c.stride_b), (T, 2, 3, 8));
         // Two broadcast batch dims.
         let rhs = layout(&[2, 3, 4, 5], &[0, 0, 5, 1], 7);
         let c = cfg((6, 2, 5, 4), &Layout::contiguous((2, 3, 2, 4)), &rhs).unwrap();
-        assert_eq!(c.stride_a, 0);
+        assert_eq!((c.stride_a, c.n, c.batch), (0, 12, 1));
         // A narrowed lhs: (3, 4) columns 2..6 of a (3, 10) matrix: ld 10.
         let lhs = layout(&[3, 4], &[10, 1], 2);
         let c = cfg((1, 3, 5, 4), &lhs, &Layout::contiguous((4, 5))).unwrap();

@@ -290,16 +290,14 @@ impl<'a> LaunchBuilder<'a> {
         }
         self.validate()?;
         LAUNCH_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if LAUNCH_PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
-            record_launch(self.function.name());
-        }
+        let profiled = crate::profile::is_on().then(|| crate::profile::before_launch(self.stream));
         let device = self.stream.device();
         device.make_current()?;
         let mut params = self.args.param_pointers();
         // SAFETY: the function and stream are alive; `params` points into `self.args`, which is
         // not touched until the call returns (the runtime copies the values at launch); the
         // caller guarantees the argument types and memory accesses.
-        unsafe {
+        let launched = unsafe {
             device.driver().launch_kernel(
                 self.function.raw(),
                 self.config.grid,
@@ -315,7 +313,11 @@ impl<'a> LaunchBuilder<'a> {
                 self.function.name(),
                 self.config
             )
-        })
+        });
+        if let Some(start) = profiled {
+            crate::profile::after_launch(self.function.name(), self.stream, start);
+        }
+        launched
     }
 }
 
@@ -376,43 +378,6 @@ static LAUNCH_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 /// measuring launches per operation: read it before and after.
 pub fn launch_count() -> u64 {
     LAUNCH_COUNT.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Whether [`launch_profile_start`] is collecting launches by kernel name.
-static LAUNCH_PROFILE_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Launches by kernel name since [`launch_profile_start`].
-static LAUNCH_PROFILE: std::sync::Mutex<Option<std::collections::HashMap<String, u64>>> =
-    std::sync::Mutex::new(None);
-
-fn record_launch(name: &str) {
-    let mut profile = LAUNCH_PROFILE.lock().unwrap_or_else(|p| p.into_inner());
-    *profile
-        .get_or_insert_with(Default::default)
-        .entry(name.to_string())
-        .or_default() += 1;
-}
-
-/// Starts counting kernel launches by kernel name (all devices and threads; a debugging aid for
-/// finding what an operation launches: it takes a lock per launch while on). Restarts from zero
-/// when already on.
-pub fn launch_profile_start() {
-    *LAUNCH_PROFILE.lock().unwrap_or_else(|p| p.into_inner()) = Some(Default::default());
-    LAUNCH_PROFILE_ON.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Stops counting and returns the launches by kernel name since [`launch_profile_start`], most
-/// launched first.
-pub fn launch_profile_stop() -> Vec<(String, u64)> {
-    LAUNCH_PROFILE_ON.store(false, std::sync::atomic::Ordering::Relaxed);
-    let profile = LAUNCH_PROFILE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .unwrap_or_default();
-    let mut v: Vec<_> = profile.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    v
 }
 
 #[cfg(test)]

@@ -59,6 +59,7 @@ pub mod launch;
 pub mod loader;
 pub mod memory;
 pub mod module;
+pub mod profile;
 pub mod raw;
 pub mod rtc;
 mod staging;
@@ -71,7 +72,8 @@ pub use device::{current_device, device_count, set_current_device, Device};
 pub use driver::{platform, DeviceProperties, DevicePtr, FunctionAttributes, Platform};
 pub use error::{Error, Result, ResultExt};
 pub use event::Event;
-pub use launch::{launch_count, launch_profile_start, launch_profile_stop};
+pub use launch::launch_count;
+pub use profile::{launch_profile_start, launch_profile_stop, KernelProfile};
 pub use launch::{KernelArg, KernelArgs, LaunchBuilder, LaunchConfig, NullPtr};
 pub use memory::{
     DeviceBuffer, DeviceRepr, DeviceSlice, DeviceSliceMut, HostSink, HostSource, PendingCopy,

@@ -244,7 +244,19 @@ impl Handle {
             // every element the call addresses lies inside the three slices, which borrow live
             // buffers of this device; the buffers record their use on our stream below, so their
             // memory is not recycled before the queued GEMM has finished; the GEMM is not empty.
-            unsafe { self.backend.gemm(state.raw, &call) }.map_err(|e| {
+            let queued = hip_core::profile::library_call(
+                || {
+                    format!(
+                        "gemm_{dtype}_{:?}{:?}_{}x{}x{}_batch{}",
+                        cfg.transa, cfg.transb, cfg.m, cfg.n, cfg.k, cfg.batch
+                    )
+                },
+                &self.stream,
+                // SAFETY: see the comment above this statement (the closure runs at once, under
+                // the same lock).
+                || unsafe { self.backend.gemm(state.raw, &call) },
+            );
+            queued.map_err(|e| {
                 e.context(format!(
                     "a {}x{}x{} {dtype} GEMM ({:?}/{:?}, batch {}) on device {}",
                     cfg.m,

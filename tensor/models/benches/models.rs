@@ -8,7 +8,8 @@
 //!   run in f32 and f16 on the GPU and in f32 on the CPU);
 //! * `llama125m_decode/*`: one greedy decode step with the KV cache of the 125M-parameter
 //!   llama-style model (throughput in tokens/s; the cache is refilled from a 16-token prompt
-//!   every 64 steps, untimed).
+//!   every 64 steps, untimed), on the GPU with candle-transformers' unfused attention and with
+//!   our fused attention (`use_flash_attn`, through candle-nn's `sdpa`).
 //!
 //! Without a GPU every group says so and is skipped. Short settings for the GPU machine:
 //! `--warm-up-time 1 --measurement-time 2`.
@@ -88,12 +89,17 @@ fn llama_decode(c: &mut Criterion) {
     // Weights from the GPU when there is one (fast), copied to the CPU for the CPU run.
     let weights = llama::random_weights(&cfg, gpu.as_ref().unwrap_or(&Device::Cpu), 7).unwrap();
     if let Some(dev) = gpu {
-        devices.push(("rocm_f32", dev));
+        devices.push(("rocm_f32", dev.clone(), false));
+        devices.push(("rocm_f32_fused_attention", dev, true));
     }
-    devices.push(("cpu_f32", Device::Cpu));
+    devices.push(("cpu_f32", Device::Cpu, false));
     let prompt: Vec<u32> = (1..=16).collect();
-    for (name, dev) in devices {
+    for (name, dev, fused) in devices {
         let w = llama::weights_to_device(&weights, &dev).unwrap();
+        let cfg = candle_transformers::models::llama::Config {
+            use_flash_attn: fused,
+            ..cfg.clone()
+        };
         let model = llama::build(&cfg, &w, DType::F32, &dev).unwrap();
         g.bench_function(name, |bench| {
             bench.iter_custom(|iters| decode_steps(&model, &prompt, iters))

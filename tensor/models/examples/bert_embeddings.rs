@@ -104,5 +104,30 @@ fn main() -> anyhow::Result<()> {
         tp.per_sec(),
         tp.elapsed.as_secs_f64() / iters as f64
     );
+    if !device.is_cpu() {
+        // One more batch with every kernel and library call timed on the GPU.
+        let (ids, mask) = candle_rocm_models::bert::synthetic_batch(batch, seq, &device)?;
+        device.synchronize()?;
+        let t = Instant::now();
+        hip_core::launch_profile_start(true);
+        let emb = model.embed_batch_ids(&ids, &mask)?;
+        let profile = hip_core::launch_profile_stop();
+        emb.to_device(&candle_core::Device::Cpu)?;
+        println!(
+            "one batch, timed kernel by kernel ({:.2?} with the events):",
+            t.elapsed()
+        );
+        let mut total = 0.0;
+        for k in &profile {
+            total += k.gpu_ms.unwrap_or(0.0);
+            println!(
+                "  {:5} {:9.1} us  {}",
+                k.launches,
+                k.gpu_ms.unwrap_or(f64::NAN) * 1e3,
+                k.name
+            );
+        }
+        println!("  GPU time of all launches and library calls: {:.1} us", total * 1e3);
+    }
     Ok(())
 }

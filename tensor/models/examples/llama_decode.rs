@@ -1,8 +1,10 @@
 //! Greedy decoding with a random-weight llama-style model: parameter count, tokens, tokens/s.
 //!
-//! Usage: cargo run --release --example llama_decode -- [DEVICE] [f32|f16|bf16] [STEPS] [125m|tiny]
-//! Defaults: cpu, f32, 32 steps, the ~125M configuration. Weights are generated on DEVICE with
-//! seed 42; a prompt of 8 deterministic tokens is decoded with the KV cache.
+//! Usage: cargo run --release --example llama_decode -- [DEVICE] [f32|f16|bf16] [STEPS] [125m|tiny] [fused]
+//! Defaults: cpu, f32, 32 steps, the ~125M configuration, unfused attention (`fused`: through
+//! candle-nn's `sdpa`, our fused attention; ROCm only). Weights are generated on DEVICE with
+//! seed 42; a prompt of 8 deterministic tokens is decoded with the KV cache. Then one more
+//! decode step runs with its kernel launches counted by name (`hip_core::launch_profile_*`).
 
 use std::time::Instant;
 
@@ -24,10 +26,15 @@ fn main() -> anyhow::Result<()> {
         other => bail!("unknown dtype {other:?} (f32, f16 or bf16)"),
     };
     let steps: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(32);
-    let cfg = match args.get(3).map(String::as_str).unwrap_or("125m") {
+    let mut cfg = match args.get(3).map(String::as_str).unwrap_or("125m") {
         "125m" => config_125m(),
         "tiny" => config_tiny(),
         other => bail!("unknown config {other:?} (125m or tiny)"),
+    };
+    cfg.use_flash_attn = match args.get(4).map(String::as_str) {
+        None | Some("unfused") => false,
+        Some("fused") => true,
+        Some(other) => bail!("unknown attention {other:?} (fused or unfused)"),
     };
     println!(
         "config: vocab {}, hidden {}, {} layers, {} heads / {} kv heads, mlp {}, tied lm_head: {}",
@@ -68,5 +75,38 @@ fn main() -> anyhow::Result<()> {
         g.decode,
         g.decode_tokens_per_sec()
     );
+
+    // Two more decode steps after the prompt: one with its launches counted (and its host
+    // time taken), one with its launches timed on the GPU.
+    let mut cache = model.new_cache(true)?;
+    let ids = candle_core::Tensor::new(prompt.as_slice(), &device)?.unsqueeze(0)?;
+    model.forward(&ids, 0, &mut cache)?.to_vec2::<f32>()?;
+    let next = candle_core::Tensor::new(&[prompt[0]], &device)?.unsqueeze(0)?;
+    let launches = hip_core::launch_count();
+    let h = Instant::now();
+    let logits = model.forward(&next, prompt.len(), &mut cache)?;
+    let host = h.elapsed();
+    let launches = hip_core::launch_count() - launches;
+    logits.to_vec2::<f32>()?;
+    hip_core::launch_profile_start(true);
+    let logits = model.forward(&next, prompt.len() + 1, &mut cache)?;
+    let profile = hip_core::launch_profile_stop();
+    logits.to_vec2::<f32>()?;
+    println!(
+        "one decode step: {launches} kernel launches, host time in forward {host:.2?}; by kernel \
+         (the next step, timed):"
+    );
+    print_profile(&profile);
     Ok(())
+}
+
+/// One line per kernel: launches, GPU time (timed profile), name; then the GPU time of all.
+fn print_profile(profile: &[hip_core::KernelProfile]) {
+    let mut total = 0.0;
+    for k in profile {
+        let ms = k.gpu_ms.unwrap_or(f64::NAN);
+        total += k.gpu_ms.unwrap_or(0.0);
+        println!("  {:5} {:9.1} us  {}", k.launches, ms * 1e3, k.name);
+    }
+    println!("  GPU time of hip-core launches: {:.1} us (vendor-library kernels not included)", total * 1e3);
 }

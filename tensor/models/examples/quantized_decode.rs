@@ -189,8 +189,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pos += 1;
     }
     let wall = t.elapsed().as_secs_f64();
-    // One more (untimed) token with the launches counted by kernel name.
-    hip_core::launch_profile_start();
+    // One more (untimed) token with the launches counted and timed by kernel name.
+    hip_core::launch_profile_start(true);
     let x = Tensor::new(&[next], &device)?.unsqueeze(0)?;
     let l = model.forward(&x, pos)?;
     let profile = hip_core::launch_profile_stop();
@@ -215,9 +215,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         matmul_bytes as f64 * tps / 1e9,
         roofline * 100.0
     );
-    println!("launches of one token by kernel:");
-    for (name, count) in profile {
-        println!("  {count:5} {name}");
-    }
+    println!("launches of one token by kernel (GPU time from events around each launch):");
+    print_profile(&profile);
     Ok(())
+}
+
+/// One line per kernel: launches, GPU time (timed profile), name; then the GPU time of all.
+fn print_profile(profile: &[hip_core::KernelProfile]) {
+    let mut total = 0.0;
+    for k in profile {
+        let ms = k.gpu_ms.unwrap_or(f64::NAN);
+        total += k.gpu_ms.unwrap_or(0.0);
+        println!("  {:5} {:9.1} us  {}", k.launches, ms * 1e3, k.name);
+    }
+    println!("  GPU time of hip-core launches: {:.1} us (vendor-library kernels not included)", total * 1e3);
 }

@@ -257,19 +257,19 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             .unwrap()
             .unsqueeze(0)
             .unwrap();
-        hip_core::launch_profile_start();
+        hip_core::launch_profile_start(false);
         let logits = gpu.forward(&x, prompt.len() + 6).unwrap();
         let profile = hip_core::launch_profile_stop();
         logits_f32(&logits);
         let decode = profile
             .iter()
-            .filter(|(name, _)| name.starts_with("attn_decode_"))
-            .map(|(_, n)| n)
+            .filter(|p| p.name.starts_with("attn_decode_"))
+            .map(|p| p.launches)
             .sum::<u64>();
         let softmax = profile
             .iter()
-            .filter(|(name, _)| name.starts_with("softmax_"))
-            .map(|(_, n)| n)
+            .filter(|p| p.name.starts_with("softmax_"))
+            .map(|p| p.launches)
             .sum::<u64>();
         if fused {
             assert_eq!(
