@@ -34,7 +34,7 @@ use hip_core::{
 
 use crate::dtype::KernelDType;
 use crate::error::{Error, Result};
-use crate::layout::info_array;
+use crate::layout::{info_array, merge_dims};
 
 /// Threads per block of every element-wise launch.
 const BLOCK_SIZE: u32 = 256;
@@ -374,16 +374,20 @@ pub(crate) fn function(stream: &Stream, module: &str, kernel: &str) -> Result<Fu
     crate::modules::function(&stream.device(), module, kernel)
 }
 
-/// The layout info on the device, or `None` when every operand is contiguous.
+/// The layout info of `dims` with its dims merged ([`merge_dims`]): the kernel's `num_dims`
+/// and the info on the device, or `None` when every operand is contiguous.
 fn device_info(
     stream: &Stream,
     dims: &[usize],
     strides: &[&[usize]],
-) -> Result<Option<DeviceBuffer<u64>>> {
-    match info_array(dims, strides) {
-        Some(info) => Ok(Some(stream.alloc_from_host_async(&info)?)),
-        None => Ok(None),
-    }
+) -> Result<(u64, Option<DeviceBuffer<u64>>)> {
+    let (dims, strides) = merge_dims(dims, strides);
+    let strides: Vec<&[usize]> = strides.iter().map(Vec::as_slice).collect();
+    let info = match info_array(&dims, &strides) {
+        Some(info) => Some(stream.alloc_from_host_async(&info)?),
+        None => None,
+    };
+    Ok((dims.len() as u64, info))
 }
 
 /// The `info` kernel argument: the device buffer, or a null pointer.
@@ -454,14 +458,15 @@ fn prepare_unary<T: KernelDType, D: KernelDType>(
     dims: &[usize],
     src: &Strided<'_, T>,
     dst: &DeviceSliceMut<'_, D>,
-) -> Result<Option<(usize, Option<DeviceBuffer<u64>>)>> {
+) -> Result<Option<(usize, u64, Option<DeviceBuffer<u64>>)>> {
     let n = numel(op, dims)?;
     check_operand(op, "the input", dims, src.strides, src.data.len())?;
     check_dst(op, n, dst.len())?;
     if n == 0 {
         return Ok(None);
     }
-    Ok(Some((n, device_info(stream, dims, &[src.strides])?)))
+    let (num_dims, info) = device_info(stream, dims, &[src.strides])?;
+    Ok(Some((n, num_dims, info)))
 }
 
 /// Launches a kernel `(numel, num_dims, info, inp, out, scalars...)` of module `module`.
@@ -476,14 +481,14 @@ pub(crate) fn launch_unary_like<S: KernelDType, D: KernelDType>(
     dst: &mut DeviceSliceMut<'_, D>,
     scalars: &[Scalar],
 ) -> Result<()> {
-    let Some((n, info)) = prepare_unary(stream, op, dims, &src, dst)? else {
+    let Some((n, num_dims, info)) = prepare_unary(stream, op, dims, &src, dst)? else {
         return Ok(());
     };
     let f = function(stream, module, kernel)?;
     let mut builder = f
         .builder(stream, launch_config(stream, n))
         .arg(n as u64)
-        .arg(dims.len() as u64)
+        .arg(num_dims)
         .arg(InfoArg(info.as_ref()))
         .arg(src.data)
         .arg(&mut *dst);
@@ -724,7 +729,7 @@ pub(crate) fn launch_binary_like<T: KernelDType, D: KernelDType>(
     if n == 0 {
         return Ok(());
     }
-    let info = device_info(stream, dims, &[lhs.strides, rhs.strides])?;
+    let (num_dims, info) = device_info(stream, dims, &[lhs.strides, rhs.strides])?;
     let f = function(stream, module, kernel)?;
     // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, const T* lhs,
     // const T* rhs, D* out). It reads info[0..num_dims * 3) when info is non-null (exactly that
@@ -733,7 +738,7 @@ pub(crate) fn launch_binary_like<T: KernelDType, D: KernelDType>(
     unsafe {
         f.builder(stream, launch_config(stream, n))
             .arg(n as u64)
-            .arg(dims.len() as u64)
+            .arg(num_dims)
             .arg(InfoArg(info.as_ref()))
             .arg(lhs.data)
             .arg(rhs.data)
@@ -841,7 +846,7 @@ pub fn where_cond<C: KernelDType, T: KernelDType>(
     if n == 0 {
         return Ok(());
     }
-    let info = device_info(
+    let (num_dims, info) = device_info(
         stream,
         dims,
         &[cond.strides, on_true.strides, on_false.strides],
@@ -855,7 +860,7 @@ pub fn where_cond<C: KernelDType, T: KernelDType>(
     unsafe {
         f.builder(stream, launch_config(stream, n))
             .arg(n as u64)
-            .arg(dims.len() as u64)
+            .arg(num_dims)
             .arg(InfoArg(info.as_ref()))
             .arg(cond.data)
             .arg(on_true.data)
@@ -907,7 +912,7 @@ pub fn const_set<T: KernelDType>(
     if n == 0 {
         return Ok(());
     }
-    let info = device_info(stream, dims, &[dst_strides])?;
+    let (num_dims, info) = device_info(stream, dims, &[dst_strides])?;
     let f = function(stream, "fill", &format!("const_set_{}", T::NAME))?;
     // SAFETY: the kernel takes (u64 numel, u64 num_dims, const u64* info, T* out, T value). It
     // reads info[0..num_dims * 2) when info is non-null (exactly that buffer, alive until the
@@ -916,7 +921,7 @@ pub fn const_set<T: KernelDType>(
     unsafe {
         f.builder(stream, launch_config(stream, n))
             .arg(n as u64)
-            .arg(dims.len() as u64)
+            .arg(num_dims)
             .arg(InfoArg(info.as_ref()))
             .arg(&mut *dst)
             .arg(value)

@@ -175,6 +175,15 @@ fn fused_ops_match_cpu() {
                     candle_nn::ops::softmax_last_dim(&x).unwrap(),
                 ),
                 (
+                    "softmax(D::Minus1)",
+                    candle_nn::ops::softmax(&x, D::Minus1).unwrap(),
+                ),
+                (
+                    "softmax(transposed, D::Minus1)",
+                    candle_nn::ops::softmax(&x.t().unwrap(), D::Minus1).unwrap(),
+                ),
+                ("softmax(dim 2)", candle_nn::ops::softmax(&x, 2).unwrap()),
+                (
                     "rms_norm",
                     candle_nn::ops::rms_norm(&x, &alpha, 1e-5).unwrap(),
                 ),
@@ -242,6 +251,52 @@ fn fused_ops_match_cpu() {
         .to_vec1::<f32>()
         .unwrap();
     assert!(s.iter().all(|v| (v - 1.0).abs() < 1e-5), "{s:?}");
+}
+
+/// candle-nn's generic `softmax` over the last dim takes the fused kernel on our device (one
+/// launch, the Candle patch), other dims and gradient-tracked inputs the generic composition;
+/// gradients through it match the CPU's.
+#[test]
+#[ignore = "needs a GPU"]
+fn softmax_takes_the_fused_kernel_on_the_last_dim() {
+    let _lock = exclusive();
+    let dev = rocm();
+    let x_cpu = Tensor::from_vec(host_values(3 * 5 * 33, 11), (3, 5, 33), &Device::Cpu).unwrap();
+    let x = x_cpu.to_device(&dev).unwrap();
+    let launched = |f: &dyn Fn() -> Tensor| {
+        dev.synchronize().unwrap();
+        hip_core::launch_profile_start(false);
+        let y = f();
+        let p = hip_core::launch_profile_stop();
+        y.to_vec3::<f32>().unwrap();
+        p.iter().map(|k| k.name.clone()).collect::<Vec<_>>()
+    };
+    let last = launched(&|| candle_nn::ops::softmax(&x, D::Minus1).unwrap());
+    assert_eq!(last, vec!["softmax_f32".to_string()], "last dim: {last:?}");
+    let middle = launched(&|| candle_nn::ops::softmax(&x, 1).unwrap());
+    assert!(
+        middle.len() > 1 && !middle.iter().any(|n| n.starts_with("softmax_")),
+        "dim 1: the generic composition expected, got {middle:?}"
+    );
+    // A tracked variable: the generic composition, whose backward pass exists.
+    let grads = |dev: &Device| {
+        let v = candle_core::Var::from_tensor(&x_cpu.to_device(dev).unwrap()).unwrap();
+        let w = Tensor::from_vec(host_values(33, 12), 33, &Device::Cpu)
+            .unwrap()
+            .to_device(dev)
+            .unwrap();
+        let y = candle_nn::ops::softmax(v.as_tensor(), D::Minus1)
+            .unwrap()
+            .broadcast_mul(&w)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        let g = y.backward().unwrap();
+        g.get(v.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap()
+    };
+    let (g_gpu, g_cpu) = (grads(&dev), grads(&Device::Cpu));
+    let diff = max_abs_diff(&g_gpu, &g_cpu);
+    assert!(diff < 1e-6, "softmax gradient: max |gpu - cpu| {diff:e}");
 }
 
 #[test]
