@@ -8,7 +8,8 @@
 //       rotary embeddings, see below.
 // The row ops run one block per row (grid-stride over rows; blockDim.x a multiple of warpSize,
 // at most 1024), threads striding over the columns, then warp shuffles and shared memory; rows
-// of at most 16 (layer_norm: 8) blockDim.x elements are read once (kept in registers).
+// of at most 16 (layer_norm: 8) blockDim.x elements are read once (kept in registers). Rows
+// short enough for one warp run blockDim.y rows per block, one per warp (shuffles only).
 // Math runs in f32 for f16/bf16/f32 and in f64 for f64, rounded once at the end (candle-nn
 // rounds the intermediate results of f16/bf16 softmax and rms_norm to the type: results may
 // differ in the last bits).
@@ -31,6 +32,20 @@ __device__ __forceinline__ C nn_block_allreduce(C v, F op) {
     }
     return v;
 }
+
+// Rows are spread over blocks and, when a row takes one warp (blockDim.x == warpSize, so that
+// nn_block_allreduce needs no shared memory), over the blockDim.y warps of a block as well.
+// threadIdx.y is the same in every lane of a warp (blockDim.x is a multiple of warpSize): on
+// AMD it is read from the first lane, so that the row and its pointers stay scalar registers.
+__device__ __forceinline__ u64 nn_first_row() {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    const u32 y = threadIdx.y;
+#else
+    const u32 y = (u32)__builtin_amdgcn_readfirstlane((int)threadIdx.y);
+#endif
+    return (u64)blockIdx.x * blockDim.y + y;
+}
+__device__ __forceinline__ u64 nn_row_step() { return (u64)gridDim.x * blockDim.y; }
 
 __device__ __forceinline__ float nn_neg_inf(float) { return __int_as_float(0xff800000); }
 __device__ __forceinline__ double nn_neg_inf(double) {
@@ -91,11 +106,30 @@ template <> struct nn_group<f32, 4> {
     }
 };
 
+// 2-byte types: one 8-byte access per group of 4.
+template <typename T> struct nn_group_half4 {
+    static __device__ __forceinline__ void load(const T* r, u32 c0, float* v) {
+        const uint2 q = *reinterpret_cast<const uint2*>(r + c0);
+        const T* h = reinterpret_cast<const T*>(&q);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = rk_to_compute(h[j]);
+    }
+    static __device__ __forceinline__ void store(T* r, u32 c0, const float* v) {
+        uint2 q;
+        T* h = reinterpret_cast<T*>(&q);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) h[j] = rk_from_compute<T>(v[j]);
+        *reinterpret_cast<uint2*>(r + c0) = q;
+    }
+};
+template <> struct nn_group<f16, 4> : nn_group_half4<f16> {};
+template <> struct nn_group<bf16, 4> : nn_group_half4<bf16> {};
+
 template <typename T, int G>
 __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, u32 cols) {
     typedef typename rk_compute<T>::type C;
     const u32 tid = threadIdx.x, bd = blockDim.x;
-    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
         C v[NN_CACHE];
@@ -141,7 +175,7 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T
                                                    u32 cols, float eps) {
     typedef typename rk_compute<T>::type C;
     const u32 tid = threadIdx.x, bd = blockDim.x;
-    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
         C v[NN_CACHE];
@@ -185,13 +219,22 @@ template <> __device__ __forceinline__ bool nn_vec4<f32>(u32 cols, const void* a
     return cols % 4 == 0 && (((unsigned long long)a | (unsigned long long)b |
                               (unsigned long long)c) & 15) == 0;
 }
+template <> __device__ __forceinline__ bool nn_vec4<f16>(u32 cols, const void* a, const void* b,
+                                                         const void* c) {
+    return cols % 4 == 0 && (((unsigned long long)a | (unsigned long long)b |
+                              (unsigned long long)c) & 7) == 0;
+}
+template <> __device__ __forceinline__ bool nn_vec4<bf16>(u32 cols, const void* a, const void* b,
+                                                          const void* c) {
+    return nn_vec4<f16>(cols, a, b, c);
+}
 
 template <typename T>
 __device__ __forceinline__ void nn_layer_norm_cached(const T* x, const T* alpha, const T* beta,
                                                      T* out, u64 rows, u32 cols, float eps) {
     typedef typename rk_compute<T>::type C;
     const u32 tid = threadIdx.x, bd = blockDim.x;
-    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
         C v[NN_CACHE_LN];
@@ -237,7 +280,7 @@ __device__ __forceinline__ void nn_softmax(const T* x, T* out, u64 rows, u64 col
             nn_softmax_cached<T, 1>(x, out, rows, (u32)cols);
         return;
     }
-    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
         C m = nn_neg_inf(C());
@@ -262,7 +305,7 @@ __device__ __forceinline__ void nn_rms_norm(const T* x, const T* alpha, T* out, 
             nn_rms_norm_cached<T, 1>(x, alpha, out, rows, (u32)cols, eps);
         return;
     }
-    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
         C s2 = (C)0;
@@ -287,7 +330,7 @@ __device__ __forceinline__ void nn_layer_norm(const T* x, const T* alpha, const 
         nn_layer_norm_cached<T>(x, alpha, beta, out, rows, (u32)cols, eps);
         return;
     }
-    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
         C s = (C)0;

@@ -34,6 +34,8 @@ use crate::error::{Error, Result};
 const MAX_ROW_BLOCK: usize = 1024;
 /// Elements per thread softmax and rms_norm keep in registers (`NN_CACHE` in kernels/nn.hip).
 const ROW_CACHE: usize = 16;
+/// Threads per block when each row takes one warp (several rows per block).
+const ROWS_BLOCK_THREADS: usize = 256;
 /// Elements per thread layer_norm keeps in registers (`NN_CACHE_LN`).
 const ROW_CACHE_LAYER_NORM: usize = 8;
 /// Threads per block of the rope kernels.
@@ -106,9 +108,16 @@ fn row_config(
         .div_ceil(per_thread)
         .next_power_of_two()
         .clamp(warp, limit);
+    // A row that one warp covers: several rows (warps) per block, for occupancy (blocks of a
+    // single warp would leave half of an SM's warp slots empty).
+    let rows_per_block = if threads == warp {
+        (ROWS_BLOCK_THREADS / warp).clamp(1, limit / warp)
+    } else {
+        1
+    };
     LaunchConfig {
-        grid: [rows.min(65_535) as u32, 1, 1],
-        block: [threads as u32, 1, 1],
+        grid: [rows.div_ceil(rows_per_block).min(65_535) as u32, 1, 1],
+        block: [threads as u32, rows_per_block as u32, 1],
         shared_mem_bytes: 0,
     }
 }
