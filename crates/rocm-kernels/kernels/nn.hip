@@ -1,6 +1,7 @@
 // Neural-network ops of candle-nn 0.11 (float dtypes bf16, f16, f32, f64; contiguous operands,
 // arriving offset to their layouts' starts):
-//   softmax_{T}(x, out, rows, cols): softmax over each row of `cols` elements;
+//   softmax_{T}(x, out, rows, cols): softmax over each row of `cols` elements (softmax_short_{T}:
+//       the same for rows of at most 4 elements per thread);
 //   rms_norm_{T}(x, alpha, out, rows, cols, eps): x * (1 / sqrt(mean(x^2) + eps)) * alpha;
 //   layer_norm_{T}(x, alpha, beta, out, rows, cols, eps):
 //       (x - mean) / sqrt(var + eps) * alpha + beta (biased variance);
@@ -125,16 +126,16 @@ template <typename T> struct nn_group_half4 {
 template <> struct nn_group<f16, 4> : nn_group_half4<f16> {};
 template <> struct nn_group<bf16, 4> : nn_group_half4<bf16> {};
 
-template <typename T, int G>
+template <typename T, int G, int N>
 __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, u32 cols) {
     typedef typename rk_compute<T>::type C;
     const u32 tid = threadIdx.x, bd = blockDim.x;
     for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
-        C v[NN_CACHE];
+        C v[N];
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; k += G) {
+        for (int k = 0; k < N; k += G) {
             const u32 c0 = nn_col<G>(k, tid, bd);
             if (c0 < cols) {
                 nn_group<T, G>::load(xr, c0, &v[k]);
@@ -145,11 +146,11 @@ __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, 
         }
         C m = nn_neg_inf(C());
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) m = rk_fmax(m, v[k]);
+        for (int k = 0; k < N; ++k) m = rk_fmax(m, v[k]);
         m = nn_block_allreduce(m, nn_max());
         C s = (C)0;
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) {
+        for (int k = 0; k < N; ++k) {
             if (nn_col<G>(k, tid, bd) < cols) {
                 v[k] = rk_exp(v[k] - m);
                 s += v[k];
@@ -157,9 +158,9 @@ __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, 
         }
         s = nn_block_allreduce(s, nn_add());
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) v[k] = v[k] / s;
+        for (int k = 0; k < N; ++k) v[k] = v[k] / s;
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; k += G) {
+        for (int k = 0; k < N; k += G) {
             const u32 c0 = nn_col<G>(k, tid, bd);
             if (c0 < cols) nn_group<T, G>::store(outr, c0, &v[k]);
         }
@@ -170,7 +171,7 @@ __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, 
 // division per element was the bottleneck on (4096, 4096) f32 (57.9 vs 51.2 µs on an H100, alpha
 // held in registers); without it, 16-byte groups win too (H200: 38.0 µs, against 50.1 µs with
 // divisions and one-element groups, 52.5 µs with divisions and 16-byte groups).
-template <typename T, int G>
+template <typename T, int G, int N>
 __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T* out, u64 rows,
                                                    u32 cols, float eps) {
     typedef typename rk_compute<T>::type C;
@@ -178,9 +179,9 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T
     for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
-        C v[NN_CACHE];
+        C v[N];
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; k += G) {
+        for (int k = 0; k < N; k += G) {
             const u32 c0 = nn_col<G>(k, tid, bd);
             if (c0 < cols) {
                 nn_group<T, G>::load(xr, c0, &v[k]);
@@ -191,11 +192,11 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T
         }
         C s2 = (C)0;
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; ++k) s2 += v[k] * v[k];
+        for (int k = 0; k < N; ++k) s2 += v[k] * v[k];
         s2 = nn_block_allreduce(s2, nn_add());
         const C inv = (C)1 / rk_sqrt(s2 / (C)cols + (C)eps);
 #pragma unroll
-        for (int k = 0; k < NN_CACHE; k += G) {
+        for (int k = 0; k < N; k += G) {
             const u32 c0 = nn_col<G>(k, tid, bd);
             if (c0 < cols) {
                 C a[G];
@@ -269,15 +270,18 @@ __device__ __forceinline__ void nn_layer_norm_cached(const T* x, const T* alpha,
 }
 
 // softmax(x)_j = exp(x_j - max) / sum_k exp(x_k - max), max ignoring NaNs (a NaN in the row
-// still makes the sum, hence the whole row, NaN, as in Candle).
-template <typename T>
+// still makes the sum, hence the whole row, NaN, as in Candle). Rows of at most N * blockDim.x
+// elements are cached in registers: N = NN_CACHE for `softmax_{T}`, N = 4 for
+// `softmax_short_{T}` (short rows such as attention scores: a quarter of the registers, so
+// more warps in flight).
+template <typename T, int N>
 __device__ __forceinline__ void nn_softmax(const T* x, T* out, u64 rows, u64 cols) {
     typedef typename rk_compute<T>::type C;
-    if (cols <= (u64)NN_CACHE * blockDim.x) {
+    if (cols <= (u64)N * blockDim.x) {
         if (nn_vec4<T>((u32)cols, x, out, out))
-            nn_softmax_cached<T, 4>(x, out, rows, (u32)cols);
+            nn_softmax_cached<T, 4, N>(x, out, rows, (u32)cols);
         else
-            nn_softmax_cached<T, 1>(x, out, rows, (u32)cols);
+            nn_softmax_cached<T, 1, N>(x, out, rows, (u32)cols);
         return;
     }
     for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
@@ -300,9 +304,9 @@ __device__ __forceinline__ void nn_rms_norm(const T* x, const T* alpha, T* out, 
     typedef typename rk_compute<T>::type C;
     if (cols <= (u64)NN_CACHE * blockDim.x) {
         if (nn_vec4<T>((u32)cols, x, alpha, out))
-            nn_rms_norm_cached<T, 4>(x, alpha, out, rows, (u32)cols, eps);
+            nn_rms_norm_cached<T, 4, NN_CACHE>(x, alpha, out, rows, (u32)cols, eps);
         else
-            nn_rms_norm_cached<T, 1>(x, alpha, out, rows, (u32)cols, eps);
+            nn_rms_norm_cached<T, 1, NN_CACHE>(x, alpha, out, rows, (u32)cols, eps);
         return;
     }
     for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
@@ -414,7 +418,10 @@ __device__ __forceinline__ void nn_rope(u64 b, u64 n1, u64 n2, u64 d, u64 cs_str
 
 #define RK_NN(T)                                                                               \
     RK_KERNEL void softmax_##T(const T* x, T* out, u64 rows, u64 cols) {                       \
-        nn_softmax<T>(x, out, rows, cols);                                                     \
+        nn_softmax<T, NN_CACHE>(x, out, rows, cols);                                           \
+    }                                                                                          \
+    RK_KERNEL void softmax_short_##T(const T* x, T* out, u64 rows, u64 cols) {                 \
+        nn_softmax<T, 4>(x, out, rows, cols);                                                  \
     }                                                                                          \
     RK_KERNEL void rms_norm_##T(const T* x, const T* alpha, T* out, u64 rows, u64 cols,        \
                                 float eps) {                                                   \

@@ -34,6 +34,8 @@ use crate::error::{Error, Result};
 const MAX_ROW_BLOCK: usize = 1024;
 /// Elements per thread softmax and rms_norm keep in registers (`NN_CACHE` in kernels/nn.hip).
 const ROW_CACHE: usize = 16;
+/// Elements per thread `softmax_short_{T}` keeps in registers.
+const SHORT_ROW_CACHE: usize = 4;
 /// Threads per block when each row takes one warp (several rows per block).
 const ROWS_BLOCK_THREADS: usize = 256;
 /// Elements per thread layer_norm keeps in registers (`NN_CACHE_LN`).
@@ -81,9 +83,18 @@ fn check_dst(op: &str, len: usize, numel: usize) -> Result<()> {
     Ok(())
 }
 
+/// The device's warp (wavefront) size; 64 when the device does not say.
+fn warp_size(stream: &Stream) -> usize {
+    match stream.device().properties().warp_size {
+        0 => 64,
+        w => w as usize,
+    }
+}
+
 /// One block per row (grid-stride over rows): a power-of-two block, a multiple of the warp
 /// size, about one thread per `per_thread` columns, and at most what the kernel can be launched
-/// with (`max_threads`, which its register use may bring below 1024).
+/// with (`max_threads`, which its register use may bring below 1024); a row of one warp shares
+/// its block with other rows (blockDim.y of them).
 fn row_config(
     stream: &Stream,
     rows: usize,
@@ -91,10 +102,7 @@ fn row_config(
     per_thread: usize,
     max_threads: u32,
 ) -> LaunchConfig {
-    let warp = match stream.device().properties().warp_size {
-        0 => 64,
-        w => w as usize,
-    };
+    let warp = warp_size(stream);
     // The largest power of two the kernel allows (never below one warp).
     let limit = match max_threads as usize {
         0 => MAX_ROW_BLOCK,
@@ -150,7 +158,15 @@ pub fn softmax_last_dim<T: KernelDType>(
     if prepare_rows(OP, src, dst, rows, cols)?.is_none() {
         return Ok(());
     }
-    let f = crate::modules::function(&stream.device(), "nn", &format!("softmax_{}", T::NAME))?;
+    // Rows one warp covers with 4 elements per thread take the short-row kernel (4 cached
+    // elements per thread instead of 16: fewer registers, more warps in flight).
+    let short = cols <= SHORT_ROW_CACHE * warp_size(stream);
+    let (kernel, per_thread) = if short {
+        (format!("softmax_short_{}", T::NAME), SHORT_ROW_CACHE)
+    } else {
+        (format!("softmax_{}", T::NAME), ROW_CACHE)
+    };
+    let f = crate::modules::function(&stream.device(), "nn", &kernel)?;
     // SAFETY: the kernel takes (const T* x, T* out, u64 rows, u64 cols), reads x[0..rows * cols)
     // (<= src.len(), checked) and writes out[0..rows * cols) (== dst.len()); blocks are
     // multiples of the warp size, as its shuffles need.
@@ -161,7 +177,7 @@ pub fn softmax_last_dim<T: KernelDType>(
                 stream,
                 rows,
                 cols,
-                ROW_CACHE,
+                per_thread,
                 f.attributes().max_threads_per_block,
             ),
         )
