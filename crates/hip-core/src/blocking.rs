@@ -4,16 +4,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static SYNC_COUNT: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    static THREAD_SYNC_COUNT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Records one host-blocking runtime call (called by the drivers).
 pub(crate) fn note_blocking_call() {
     SYNC_COUNT.fetch_add(1, Ordering::Relaxed);
+    THREAD_SYNC_COUNT.with(|c| c.set(c.get() + 1));
+}
+
+/// [`sync_count`] for the calling thread alone: the host-blocking runtime calls this thread has
+/// made. Work running in parallel on other threads (other tests of a test binary) does not
+/// move it, so "this code never waited for the GPU" can be asserted exactly.
+pub fn thread_sync_count() -> u64 {
+    THREAD_SYNC_COUNT.with(|c| c.get())
 }
 
 /// How many host-blocking runtime calls hip-core has made in this process so far, on every
 /// thread and device. A debugging and testing aid: take the count before and after some work to
 /// check that the work never made the host wait for the GPU (the difference is 0), e.g. that a
 /// model's forward pass queues all its kernels without a round trip. The counter is
-/// process-wide, so other threads' work counts too.
+/// process-wide, so other threads' work counts too ([`thread_sync_count`] counts one thread).
 ///
 /// The drivers increment it once per call, whether or not the call succeeds, in:
 ///
@@ -46,5 +58,8 @@ mod tests {
         note_blocking_call();
         // Other tests of this binary may count too, in parallel: at least our two.
         assert!(sync_count() >= before + 2);
+        let mine = thread_sync_count();
+        note_blocking_call();
+        assert_eq!(thread_sync_count(), mine + 1);
     }
 }

@@ -67,17 +67,17 @@ pub mod stream;
 pub mod sys;
 
 pub use alloc::AllocatorStats;
-pub use blocking::sync_count;
+pub use blocking::{sync_count, thread_sync_count};
 pub use device::{current_device, device_count, set_current_device, Device};
 pub use driver::{platform, DeviceProperties, DevicePtr, FunctionAttributes, Platform};
 pub use error::{Error, Result, ResultExt};
 pub use event::Event;
 pub use launch::launch_count;
-pub use profile::{launch_profile_start, launch_profile_stop, KernelProfile};
 pub use launch::{KernelArg, KernelArgs, LaunchBuilder, LaunchConfig, NullPtr};
 pub use memory::{
     DeviceBuffer, DeviceRepr, DeviceSlice, DeviceSliceMut, HostSink, HostSource, PendingCopy,
     PinnedHostBuffer,
 };
 pub use module::{Function, Module};
+pub use profile::{launch_profile_start, launch_profile_stop, KernelProfile};
 pub use stream::Stream;

@@ -661,7 +661,7 @@ fn small_uploads_never_wait_and_are_not_overwritten_while_queued() {
     let mut busy_out = stream.alloc::<u32>(n).unwrap();
     drop(stream.alloc_from_host_async(&[1u32]).unwrap());
 
-    let before = hip_core::sync_count();
+    let before = hip_core::thread_sync_count();
     // Keep the device busy (a few hundred ms) so that the copies below stay queued while the
     // host stages more: their slots cannot be reused, the ring has to grow.
     // SAFETY: slow_add_one takes (const unsigned*, unsigned*, unsigned long long, long long)
@@ -686,7 +686,7 @@ fn small_uploads_never_wait_and_are_not_overwritten_while_queued() {
         offset += len;
         // `data` is freed and `up` goes back to the allocator (in stream order) right here.
     }
-    let after = hip_core::sync_count();
+    let after = hip_core::thread_sync_count();
     let device_was_busy = !stream.query().unwrap();
     assert_eq!(after, before, "staging {} uploads waited", sizes.len());
 
@@ -707,13 +707,13 @@ fn small_uploads_never_wait_and_are_not_overwritten_while_queued() {
     );
 
     // The counter counts explicit waits and the synchronous fallback above 64 KiB.
-    let before = hip_core::sync_count();
+    let before = hip_core::thread_sync_count();
     stream.synchronize().unwrap();
-    assert_eq!(hip_core::sync_count(), before + 1);
+    assert_eq!(hip_core::thread_sync_count(), before + 1);
     let big = pattern_u32(Stream::MAX_ASYNC_UPLOAD_BYTES / 4 + 1, 99);
     let up = stream.alloc_from_host_async(&big).unwrap();
     assert_eq!(
-        hip_core::sync_count(),
+        hip_core::thread_sync_count(),
         before + 2,
         "the fallback waits once"
     );

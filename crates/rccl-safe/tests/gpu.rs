@@ -395,7 +395,7 @@ fn collectives_never_synchronise_the_host() {
     let send = stream.alloc_from_host(&host).unwrap();
     let mut recv = stream.alloc::<f32>(1 << 20).unwrap();
     let mut gathered = stream.alloc::<f32>(1 << 20).unwrap();
-    let before = hip_core::sync_count();
+    let before = hip_core::thread_sync_count();
     for _ in 0..10 {
         comm.all_reduce(&send.as_slice(), &mut recv.as_mut_slice(), ReduceOp::Sum)
             .unwrap();
@@ -403,7 +403,7 @@ fn collectives_never_synchronise_the_host() {
             .unwrap();
     }
     assert_eq!(
-        hip_core::sync_count(),
+        hip_core::thread_sync_count(),
         before,
         "a collective synchronised the host"
     );

@@ -374,13 +374,16 @@ pub(crate) fn function(stream: &Stream, module: &str, kernel: &str) -> Result<Fu
     crate::modules::function(&stream.device(), module, kernel)
 }
 
+/// A kernel's `num_dims` and its layout info on the device (`None`: every operand contiguous).
+type DeviceInfo = (u64, Option<DeviceBuffer<u64>>);
+
 /// The layout info of `dims` with its dims merged ([`merge_dims`]): the kernel's `num_dims`
 /// and the info on the device, or `None` when every operand is contiguous.
 fn device_info(
     stream: &Stream,
     dims: &[usize],
     strides: &[&[usize]],
-) -> Result<(u64, Option<DeviceBuffer<u64>>)> {
+) -> Result<DeviceInfo> {
     let (dims, strides) = merge_dims(dims, strides);
     let strides: Vec<&[usize]> = strides.iter().map(Vec::as_slice).collect();
     let info = match info_array(&dims, &strides) {
@@ -458,15 +461,14 @@ fn prepare_unary<T: KernelDType, D: KernelDType>(
     dims: &[usize],
     src: &Strided<'_, T>,
     dst: &DeviceSliceMut<'_, D>,
-) -> Result<Option<(usize, u64, Option<DeviceBuffer<u64>>)>> {
+) -> Result<Option<(usize, DeviceInfo)>> {
     let n = numel(op, dims)?;
     check_operand(op, "the input", dims, src.strides, src.data.len())?;
     check_dst(op, n, dst.len())?;
     if n == 0 {
         return Ok(None);
     }
-    let (num_dims, info) = device_info(stream, dims, &[src.strides])?;
-    Ok(Some((n, num_dims, info)))
+    Ok(Some((n, device_info(stream, dims, &[src.strides])?)))
 }
 
 /// Launches a kernel `(numel, num_dims, info, inp, out, scalars...)` of module `module`.
@@ -481,7 +483,7 @@ pub(crate) fn launch_unary_like<S: KernelDType, D: KernelDType>(
     dst: &mut DeviceSliceMut<'_, D>,
     scalars: &[Scalar],
 ) -> Result<()> {
-    let Some((n, num_dims, info)) = prepare_unary(stream, op, dims, &src, dst)? else {
+    let Some((n, (num_dims, info))) = prepare_unary(stream, op, dims, &src, dst)? else {
         return Ok(());
     };
     let f = function(stream, module, kernel)?;

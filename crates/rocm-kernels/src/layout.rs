@@ -95,7 +95,10 @@ mod tests {
         );
         assert_eq!(
             (d, s),
-            (vec![32, 1536, 128], vec![vec![196608, 128, 1], vec![128, 0, 1]])
+            (
+                vec![32, 1536, 128],
+                vec![vec![196608, 128, 1], vec![128, 0, 1]]
+            )
         );
         // A transpose does not merge; size-1 dims go.
         let (d, s) = merge_dims(&[2, 1, 3], &[&[1, 7, 2]]);

@@ -127,7 +127,10 @@ fn main() -> anyhow::Result<()> {
                 k.name
             );
         }
-        println!("  GPU time of all launches and library calls: {:.1} us", total * 1e3);
+        println!(
+            "  GPU time of all launches and library calls: {:.1} us",
+            total * 1e3
+        );
     }
     Ok(())
 }

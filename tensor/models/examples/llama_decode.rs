@@ -108,5 +108,8 @@ fn print_profile(profile: &[hip_core::KernelProfile]) {
         total += k.gpu_ms.unwrap_or(0.0);
         println!("  {:5} {:9.1} us  {}", k.launches, ms * 1e3, k.name);
     }
-    println!("  GPU time of hip-core launches: {:.1} us (vendor-library kernels not included)", total * 1e3);
+    println!(
+        "  GPU time of hip-core launches: {:.1} us (vendor-library kernels not included)",
+        total * 1e3
+    );
 }

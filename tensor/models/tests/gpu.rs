@@ -2,7 +2,7 @@
 //! device basics, candle-nn's fused ops on random inputs, a 125M-parameter llama-style decoder
 //! (prefill + 32 greedy steps with its KV cache) and all-MiniLM-L6-v2 sentence embeddings, that
 //! forward passes queue their work without making the host wait for the GPU
-//! (`hip_core::sync_count`), and the tensor-parallel decoder (`tp_llama`: one rank on one GPU,
+//! (`hip_core::thread_sync_count`), and the tensor-parallel decoder (`tp_llama`: one rank on one GPU,
 //! and one rank per GPU when there are several) against the one-GPU decoder.
 //!
 //! Every test needs a GPU (`#[ignore = "needs a GPU"]`); the MiniLM test also needs the model
@@ -23,8 +23,9 @@ use candle_rocm_models::llama;
 use candle_rocm_models::tp_llama;
 use candle_transformers::models::bert::{BertEncoder, Config as BertConfig};
 
-/// `hip_core::sync_count` is process-wide: the tests that check it take this lock exclusively,
-/// every other test holds it shared (so those still run in parallel).
+/// Tests that need the GPU to themselves (the launch profile is process-wide; so is the global
+/// `hip_core::sync_count`) take this lock exclusively, every other test holds it shared (so
+/// those still run in parallel).
 static SYNC_COUNT: RwLock<()> = RwLock::new(());
 
 fn shared() -> RwLockReadGuard<'static, ()> {
@@ -272,7 +273,10 @@ fn softmax_takes_the_fused_kernel_on_the_last_dim() {
         p.iter().map(|k| k.name.clone()).collect::<Vec<_>>()
     };
     let last = launched(&|| candle_nn::ops::softmax(&x, D::Minus1).unwrap());
-    assert_eq!(last, vec!["softmax_f32".to_string()], "last dim: {last:?}");
+    assert!(
+        last.len() == 1 && last[0].starts_with("softmax_") && last[0].ends_with("_f32"),
+        "last dim: one fused softmax launch expected, got {last:?}"
+    );
     let middle = launched(&|| candle_nn::ops::softmax(&x, 1).unwrap());
     assert!(
         middle.len() > 1 && !middle.iter().any(|n| n.starts_with("softmax_")),
@@ -292,7 +296,10 @@ fn softmax_takes_the_fused_kernel_on_the_last_dim() {
             .sum_all()
             .unwrap();
         let g = y.backward().unwrap();
-        g.get(v.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap()
+        g.get(v.as_tensor())
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap()
     };
     let (g_gpu, g_cpu) = (grads(&dev), grads(&Device::Cpu));
     let diff = max_abs_diff(&g_gpu, &g_cpu);
@@ -384,17 +391,17 @@ fn caching_allocator() -> bool {
 /// Prefill of `prompt` (`u32 [1, seq]` on the model's device), then `steps` decode steps with
 /// the KV cache, each feeding the argmax of the previous logits, taken on the device: nothing is
 /// read back to the host. Returns the chosen tokens (`u32 [1, 1]` each, on the device), the
-/// logits of the last step, and `hip_core::sync_count()` before the prefill, after it and after
-/// the decode steps.
+/// logits of the last step, and `hip_core::thread_sync_count()` before the prefill, after it
+/// and after the decode steps.
 fn greedy_on_device(
     model: &llama::LlamaModel,
     prompt: &Tensor,
     steps: usize,
 ) -> (Vec<Tensor>, Tensor, [u64; 3]) {
     let mut cache = model.new_cache(true).unwrap();
-    let start = hip_core::sync_count();
+    let start = hip_core::thread_sync_count();
     let mut logits = model.forward(prompt, 0, &mut cache).unwrap();
-    let prefilled = hip_core::sync_count();
+    let prefilled = hip_core::thread_sync_count();
     let seq = prompt.dim(1).unwrap();
     let mut tokens = Vec::with_capacity(steps);
     for pos in seq..seq + steps {
@@ -402,7 +409,7 @@ fn greedy_on_device(
         logits = model.forward(&next, pos, &mut cache).unwrap();
         tokens.push(next);
     }
-    let decoded = hip_core::sync_count();
+    let decoded = hip_core::thread_sync_count();
     (tokens, logits, [start, prefilled, decoded])
 }
 
@@ -551,10 +558,10 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
     let (g_ids, g_pos, g_add, g_keep) = inputs(&dev);
     // Warm-up: kernels, BLAS handle, allocator, staging ring.
     let _ = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
-    let before = hip_core::sync_count();
+    let before = hip_core::thread_sync_count();
     let first = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
     let second = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
-    let waits = hip_core::sync_count() - before;
+    let waits = hip_core::thread_sync_count() - before;
     println!(
         "BERT encoder (6 x 384, batch 2 x 16): host-blocking calls in 2 forward passes: {waits}"
     );

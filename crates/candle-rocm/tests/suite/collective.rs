@@ -192,7 +192,7 @@ fn collectives_do_not_synchronise_the_host() {
     let x = dev.storage_from_slice(&vec![0.5f32; 1 << 20]).unwrap();
     let l = Layout::contiguous((1024, 1024));
     let t = l.transpose(0, 1).unwrap();
-    let before = hip_core::sync_count();
+    let before = hip_core::thread_sync_count();
     let mut last = None;
     for _ in 0..5 {
         let r = comm.all_reduce(&x, &t, ReduceOp::Sum).unwrap();
@@ -201,7 +201,7 @@ fn collectives_do_not_synchronise_the_host() {
         last = Some(p);
     }
     assert_eq!(
-        hip_core::sync_count(),
+        hip_core::thread_sync_count(),
         before,
         "a collective synchronised the host"
     );
@@ -300,9 +300,9 @@ fn peer_copy_between_two_devices_when_there_are_two() {
     let data: Vec<f32> = (0..4096).map(|i| i as f32).collect();
     let s = d0.storage_from_slice(&data).unwrap();
     let l = Layout::contiguous((64, 64)).transpose(0, 1).unwrap();
-    let before = hip_core::sync_count();
+    let before = hip_core::thread_sync_count();
     let c = copy_to_device(&s, &l, &d1).unwrap();
-    assert_eq!(hip_core::sync_count(), before);
+    assert_eq!(hip_core::thread_sync_count(), before);
     let want: Vec<f32> = (0..4096).map(|i| ((i % 64) * 64 + i / 64) as f32).collect();
     assert_eq!(host::<f32>(&c), want);
 }
