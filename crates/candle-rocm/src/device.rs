@@ -12,7 +12,7 @@ use rocm_kernels::indexing::IndexErrorFlag;
 use rocm_kernels::KernelDType;
 
 use crate::error::{hip_err, kernel_err, RocmError, DUMMY_REASON};
-use crate::quantized::{QuantizedGemmPlan, QuantizedMatvec};
+use crate::quantized::{ActivationKey, QuantizedGemmPlan, QuantizedMatvec, RoundedActivations};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// The seed a new device starts with (the same default as candle's CUDA backend).
@@ -63,6 +63,9 @@ pub struct RocmDevice {
     /// A second stream for work that overlaps the main stream's (created on first use; ordered
     /// against the main stream by events only).
     side_stream: Arc<OnceLock<std::result::Result<Stream, String>>>,
+    /// The last activations rounded for the integer matrix-vector product, for the next
+    /// product of the same contents (quantized/activations.rs).
+    rounded_activations: Arc<Mutex<Option<Arc<RoundedActivations>>>>,
 }
 
 impl RocmDevice {
@@ -85,6 +88,7 @@ impl RocmDevice {
             qgemm_chunk_bytes: Arc::new(AtomicUsize::new(QuantizedGemmPlan::default().chunk_bytes)),
             qgemm_overlap: Arc::new(AtomicBool::new(QuantizedGemmPlan::default().overlap)),
             side_stream: Arc::default(),
+            rounded_activations: Arc::default(),
         }
     }
 
@@ -129,6 +133,23 @@ impl RocmDevice {
             .get_or_init(|| self.device.create_stream().map_err(|e| e.to_string()))
             .clone()
             .map_err(|e| RocmError::library(op, "HIP (creating a side stream)", e).into())
+    }
+
+    /// The kept rounded activations when they were computed from exactly `key`.
+    pub(crate) fn rounded_activations(
+        &self,
+        key: &ActivationKey,
+    ) -> Option<Arc<RoundedActivations>> {
+        self.rounded_activations
+            .lock()
+            .as_ref()
+            .filter(|r| r.key == Some(*key))
+            .cloned()
+    }
+
+    /// Keeps `rounded` for the next product of the same activations (replacing the last).
+    pub(crate) fn keep_rounded_activations(&self, rounded: Arc<RoundedActivations>) {
+        *self.rounded_activations.lock() = Some(rounded);
     }
 
     /// The device ordinal.

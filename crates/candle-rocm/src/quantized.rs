@@ -38,8 +38,10 @@ use crate::error::{hip_err, kernel_err, RocmError};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 use crate::RocmDevice;
 
+mod activations;
 mod prefill;
 
+pub(crate) use activations::{ActivationKey, RoundedActivations};
 pub use prefill::QuantizedGemmPlan;
 
 /// Which kernel multiplies quantized weights with up to [`MATVEC_MAX_ROWS`] activation rows.
@@ -385,27 +387,55 @@ impl QRocmStorage {
         match blocks_of(self.dtype) {
             Blocks::Quant(q) if m <= MATVEC_MAX_ROWS => {
                 let copy;
-                let xs = match contiguous_view(op, x, x_layout, 16)? {
-                    Some(view) => view,
+                // The activations read in place can be named (their rounding reused, below); a
+                // copy cannot.
+                let (xs, key) = match contiguous_view(op, x, x_layout, 16)? {
+                    Some(view) => {
+                        let key = ActivationKey {
+                            content: x.content_key(),
+                            offset: view.offset(),
+                            m,
+                            k,
+                            dtype: T::NAME,
+                        };
+                        (view, Some(key))
+                    }
                     None => {
                         copy = dev.contiguous_copy(op, &x.as_slice(), x_layout)?;
-                        copy.as_slice()
+                        (copy.as_slice(), None)
                     }
                 };
                 let w = self.blocks.as_slice();
                 if q.has_int_matvec() && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
                 {
-                    let (q_len, ds_len) = qk::matvec_int_scratch(m, k);
-                    let mut xq = dev.alloc::<u8>(op, q_len)?;
-                    let mut xds = dev.alloc::<f32>(op, ds_len)?;
-                    qk::matvec_int(
+                    let rounded = match key.and_then(|key| dev.rounded_activations(&key)) {
+                        Some(rounded) => rounded,
+                        None => {
+                            let (q_len, ds_len) = qk::matvec_int_scratch(m, k);
+                            let mut xq = dev.alloc::<u8>(op, q_len)?;
+                            let mut xds = dev.alloc::<f32>(op, ds_len)?;
+                            qk::quantize_activations(
+                                dev.stream(),
+                                (m, k),
+                                &xs,
+                                &mut xq.as_mut_slice(),
+                                &mut xds.as_mut_slice(),
+                            )
+                            .map_err(kernel_err(op))?;
+                            let rounded = std::sync::Arc::new(RoundedActivations { key, xq, xds });
+                            if key.is_some() {
+                                dev.keep_rounded_activations(rounded.clone());
+                            }
+                            rounded
+                        }
+                    };
+                    qk::matvec_int_rounded(
                         dev.stream(),
                         q,
                         &w,
                         (m, n, k),
-                        &xs,
-                        &mut xq.as_mut_slice(),
-                        &mut xds.as_mut_slice(),
+                        &rounded.xq.as_slice(),
+                        &rounded.xds.as_slice(),
                         &mut out.as_mut_slice(),
                     )
                     .map_err(kernel_err(op))?;

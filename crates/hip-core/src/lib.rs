@@ -75,8 +75,8 @@ pub use event::Event;
 pub use launch::launch_count;
 pub use launch::{KernelArg, KernelArgs, LaunchBuilder, LaunchConfig, NullPtr};
 pub use memory::{
-    DeviceBuffer, DeviceRepr, DeviceSlice, DeviceSliceMut, HostSink, HostSource, PendingCopy,
-    PinnedHostBuffer,
+    ContentKey, DeviceBuffer, DeviceRepr, DeviceSlice, DeviceSliceMut, HostSink, HostSource,
+    PendingCopy, PinnedHostBuffer,
 };
 pub use module::{Function, Module};
 pub use profile::{launch_profile_start, launch_profile_stop, KernelProfile};

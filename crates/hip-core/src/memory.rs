@@ -91,11 +91,28 @@ fn check_same_len(op: &'static str, dst: usize, src: usize) -> Result<()> {
     Ok(())
 }
 
+/// Ids of buffers: unique in the process, never reused.
+static NEXT_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// What identifies a buffer's contents as hip-core can see them: the buffer (a process-unique
+/// id, never reused, unlike its address) and how many mutable views of it have been taken. Two
+/// equal keys mean the same buffer with no write through hip-core in between (writes through a
+/// raw [`DevicePtr`] are invisible to it), so a result computed from the contents may be reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ContentKey {
+    /// The buffer's id.
+    pub buffer: u64,
+    /// Mutable views taken of it so far.
+    pub writes: u64,
+}
+
 /// A typed, owned allocation of device memory.
 pub struct DeviceBuffer<T: DeviceRepr> {
     allocation: Option<Allocation>,
     len: usize,
     stream: Stream,
+    id: u64,
+    writes: u64,
     _marker: PhantomData<T>,
 }
 
@@ -108,6 +125,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             allocation: Some(allocation),
             len,
             stream: stream.clone(),
+            id: NEXT_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            writes: 0,
             _marker: PhantomData,
         })
     }
@@ -154,8 +173,17 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         }
     }
 
+    /// The [`ContentKey`] of the buffer's current contents.
+    pub fn content_key(&self) -> ContentKey {
+        ContentKey {
+            buffer: self.id,
+            writes: self.writes,
+        }
+    }
+
     /// A mutable view of the whole buffer.
     pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        self.writes += 1;
         let len = self.len;
         DeviceSliceMut {
             buf: self,
@@ -172,6 +200,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// A mutable view of `range` (in elements).
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T>> {
         let (offset, len) = resolve_range("DeviceBuffer::slice_mut", range, self.len)?;
+        self.writes += 1;
         Ok(DeviceSliceMut {
             buf: self,
             offset,

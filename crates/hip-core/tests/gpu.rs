@@ -91,6 +91,31 @@ fn hello_gpu_example_runs_and_checks() {
     assert!(r.max_abs_error <= 1e-5 && r.sum_rel_error <= 1e-4);
 }
 
+/// A buffer's content key changes with every mutable view (so with every write through
+/// hip-core), never with a read-only one, and differs between buffers, also when a new buffer
+/// reuses a freed one's memory.
+#[test]
+#[ignore = "needs a GPU"]
+fn content_keys_follow_writes_and_buffers() {
+    let _lock = shared();
+    let dev = device();
+    let stream = dev.default_stream();
+    let mut a = DeviceBuffer::<u32>::new(&stream, 64).unwrap();
+    let k0 = a.content_key();
+    let _ = a.as_slice();
+    let _ = a.slice(0..8).unwrap();
+    assert_eq!(a.content_key(), k0, "read-only views do not change the key");
+    a.as_mut_slice().copy_from_host(&[7u32; 64]).unwrap();
+    let k1 = a.content_key();
+    assert_ne!(k1, k0);
+    let _ = a.slice_mut(0..4).unwrap();
+    assert_ne!(a.content_key(), k1);
+    let id = a.content_key().buffer;
+    drop(a);
+    let b = DeviceBuffer::<u32>::new(&stream, 64).unwrap();
+    assert_ne!(b.content_key().buffer, id, "ids are never reused");
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn every_device_reports_sane_properties() {

@@ -379,11 +379,7 @@ type DeviceInfo = (u64, Option<DeviceBuffer<u64>>);
 
 /// The layout info of `dims` with its dims merged ([`merge_dims`]): the kernel's `num_dims`
 /// and the info on the device, or `None` when every operand is contiguous.
-fn device_info(
-    stream: &Stream,
-    dims: &[usize],
-    strides: &[&[usize]],
-) -> Result<DeviceInfo> {
+fn device_info(stream: &Stream, dims: &[usize], strides: &[&[usize]]) -> Result<DeviceInfo> {
     let (dims, strides) = merge_dims(dims, strides);
     let strides: Vec<&[usize]> = strides.iter().map(Vec::as_slice).collect();
     let info = match info_array(&dims, &strides) {

@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::indexing::IndexErrorFlag;
 
 mod int_matvec;
-pub use int_matvec::{matvec_int, matvec_int_scratch};
+pub use int_matvec::{matvec_int, matvec_int_rounded, matvec_int_scratch, quantize_activations};
 
 /// Why other dtypes are refused.
 const FLOAT_REASON: &str = "quantized kernels take and produce f32, f16 or bf16";

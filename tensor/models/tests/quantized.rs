@@ -271,6 +271,18 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             .filter(|p| p.name.starts_with("softmax_"))
             .map(|p| p.launches)
             .sum::<u64>();
+        // The activations are rounded once per distinct input: q/k/v share one, gate/up one,
+        // then o, down and the output layer.
+        let rounding = profile
+            .iter()
+            .filter(|p| p.name.starts_with("quantize_q8x_"))
+            .map(|p| p.launches)
+            .sum::<u64>();
+        assert_eq!(
+            rounding,
+            4 * cfg.num_layers as u64 + 1,
+            "head dim {d}: activation roundings, launches {profile:?}"
+        );
         if fused {
             assert_eq!(
                 (decode, softmax),

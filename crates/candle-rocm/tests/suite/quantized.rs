@@ -358,6 +358,58 @@ fn matmul_matches_the_cpu_within_its_own_error() {
     }
 }
 
+/// The integer matrix-vector product keeps the last rounded activations for the next product of
+/// the same contents: reusing them gives bit-identical results to rounding afresh, and a write
+/// into the activations or a new buffer in the freed one's memory is never mistaken for them.
+#[test]
+#[ignore = "needs a GPU"]
+fn rounded_activations_are_reused_only_for_the_same_contents() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
+    let (n, k, m) = (37, 256, 3);
+    let seed = case_seed(base_seed(), &["rounded activations"]);
+    let (q1, g1) = quantized_pair(&dev, GgmlDType::Q4_0, &[n, k], seed);
+    let (_, g2) = quantized_pair(&dev, GgmlDType::Q4K, &[n, k], seed ^ 1);
+    let layout = Layout::contiguous((m, k));
+    let upload = |v: &[f32]| {
+        dev.storage_from_cpu_storage(&CpuStorage::F32(v.to_vec()))
+            .unwrap()
+    };
+    let bits_of = |s: &RocmStorage| bits(&s.to_cpu_storage().unwrap());
+    // Each product on a buffer of its own: rounded afresh.
+    let fresh = |g: &QRocmStorage, v: &[f32]| {
+        bits_of(&g.matmul_t(q1.shape(), &upload(v), &layout).unwrap().0)
+    };
+    let (xa, xb) = (random_f32(m * k, seed ^ 2), random_f32(m * k, seed ^ 3));
+    let (want_1a, want_2a, want_2b) = (fresh(&g1, &xa), fresh(&g2, &xa), fresh(&g2, &xb));
+    assert_ne!(want_2a, want_2b);
+    // Two products of the same buffer: the second reuses the first's rounding.
+    let mut x = upload(&xa);
+    assert_eq!(
+        bits_of(&g1.matmul_t(q1.shape(), &x, &layout).unwrap().0),
+        want_1a
+    );
+    assert_eq!(
+        bits_of(&g2.matmul_t(q1.shape(), &x, &layout).unwrap().0),
+        want_2a
+    );
+    // A write into the buffer: rounded again.
+    upload(&xb)
+        .copy2d(&mut x, 1, m * k, m * k, m * k, 0, 0)
+        .unwrap();
+    assert_eq!(
+        bits_of(&g2.matmul_t(q1.shape(), &x, &layout).unwrap().0),
+        want_2b
+    );
+    // A new buffer, likely in the freed one's memory, with other contents: rounded again.
+    drop(x);
+    let y = upload(&xa);
+    assert_eq!(
+        bits_of(&g2.matmul_t(q1.shape(), &y, &layout).unwrap().0),
+        want_2a
+    );
+}
+
 /// Prefill (m > 8) in chunks of rows: every plan gives the CPU's accuracy, for chunks of one
 /// row, of a few rows with a partial last chunk, of the whole matrix, on one stream and
 /// overlapped, contiguous, offset and transposed activations.

@@ -45,52 +45,51 @@ pub fn matvec_int_scratch(m: usize, k: usize) -> (usize, usize) {
     (m * k, m * k / 16)
 }
 
-/// `y (m, n) = x' (m, k) . W^T` for the `(n, k)` weights `w` in blocks of `q`, where `x'` is `x`
-/// rounded to 8 bits per 32-element block; `1 <= m <=` [`super::MATVEC_MAX_ROWS`]. `x` and `y`
-/// are contiguous, `x` 16-byte aligned; `xq` and `xds` are scratch of the sizes
-/// [`matvec_int_scratch`] gives, 16-byte aligned.
-#[allow(clippy::too_many_arguments)]
-pub fn matvec_int<I: KernelDType>(
-    stream: &Stream,
-    q: QuantType,
-    w: &DeviceSlice<'_, u8>,
-    (m, n, k): (usize, usize, usize),
-    x: &DeviceSlice<'_, I>,
-    xq: &mut DeviceSliceMut<'_, u8>,
-    xds: &mut DeviceSliceMut<'_, f32>,
-    y: &mut DeviceSliceMut<'_, I>,
-) -> Result<()> {
-    let op = "qmatvec";
-    check_float::<I>(op, FLOAT_REASON)?;
-    if !q.has_int_matvec() {
-        return Err(Error::Unsupported {
-            op: "qmatvec (8-bit activations)".into(),
-            dtype: q.name().into(),
-            reason: "no integer kernel for this block type; use the float matrix-vector product"
-                .into(),
-        });
-    }
-    check_matvec_shapes(op, q, w, (m, n, k), x.len(), y.len())?;
+/// Checks the scratch of `m` rows of `k` rounded activations.
+fn check_scratch(op: &str, (m, k): (usize, usize), xq_len: usize, xds_len: usize) -> Result<()> {
     let (q_len, ds_len) = matvec_int_scratch(m, k);
-    if xq.len() != q_len || xds.len() != ds_len {
+    if xq_len != q_len || xds_len != ds_len {
         return Err(layout_err(
             op,
             format!(
-                "the activation scratch holds {} bytes and {} factors, ({m}, {k}) needs {q_len} \
-                 and {ds_len}",
-                xq.len(),
-                xds.len()
+                "the activation scratch holds {xq_len} bytes and {xds_len} factors, ({m}, {k}) \
+                 needs {q_len} and {ds_len}"
             ),
         ));
     }
-    if matvec_is_trivial((n, k), y)? {
+    Ok(())
+}
+
+/// Rounds the contiguous, 16-byte aligned activations `x` (`m` rows of `k`, `k` a multiple of
+/// 32) to 8 bits per 32-element block: `xq` the signed bytes, `xds` the f32 pairs
+/// `(d, d * sum q)` per block (sizes from [`matvec_int_scratch`], 16-byte aligned), as
+/// [`matvec_int_rounded`] reads them. One launch.
+pub fn quantize_activations<I: KernelDType>(
+    stream: &Stream,
+    (m, k): (usize, usize),
+    x: &DeviceSlice<'_, I>,
+    xq: &mut DeviceSliceMut<'_, u8>,
+    xds: &mut DeviceSliceMut<'_, f32>,
+) -> Result<()> {
+    let op = "quantize activations";
+    check_float::<I>(op, FLOAT_REASON)?;
+    if k % 32 != 0 || x.len() != m * k {
+        return Err(layout_err(
+            op,
+            format!(
+                "({m}, {k}) activations need k a multiple of 32 and {} elements, got {}",
+                m * k,
+                x.len()
+            ),
+        ));
+    }
+    check_scratch(op, (m, k), xq.len(), xds.len())?;
+    if m * k == 0 {
         return Ok(());
     }
-    check_aligned(op, "the weight blocks", w.device_ptr())?;
     check_aligned(op, "the activations", x.device_ptr())?;
     check_aligned(op, "the rounded activations", xq.device_ptr())?;
     check_aligned(op, "the activation factors", xds.device_ptr())?;
-
     // Activations -> (q, (d, d * sum q)) per 32-element block.
     let groups = m * k / 4;
     let quantize = function(stream, MODULE, &format!("quantize_q8x_{}", I::NAME))?;
@@ -109,7 +108,73 @@ pub fn matvec_int<I: KernelDType>(
     // 4 g + 4) (x holds m k = 4 groups elements, checked) and write q's int g (q holds m k bytes)
     // and ds[g / 8] (ds holds m k / 32 float2 = m k / 16 f32s, checked); the rest only shuffle.
     unsafe { builder.arg(&mut *xds).launch()? };
+    Ok(())
+}
 
+/// `y (m, n) = x' (m, k) . W^T` for the `(n, k)` weights `w` in blocks of `q`, where `x'` is `x`
+/// rounded to 8 bits per 32-element block; `1 <= m <=` [`super::MATVEC_MAX_ROWS`]. `x` and `y`
+/// are contiguous, `x` 16-byte aligned; `xq` and `xds` are scratch of the sizes
+/// [`matvec_int_scratch`] gives, 16-byte aligned. Two launches: [`quantize_activations`], then
+/// [`matvec_int_rounded`].
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_int<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    x: &DeviceSlice<'_, I>,
+    xq: &mut DeviceSliceMut<'_, u8>,
+    xds: &mut DeviceSliceMut<'_, f32>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    let op = "qmatvec";
+    check_float::<I>(op, FLOAT_REASON)?;
+    check_int_type(q)?;
+    check_matvec_shapes(op, q, w, (m, n, k), x.len(), y.len())?;
+    check_scratch(op, (m, k), xq.len(), xds.len())?;
+    if matvec_is_trivial((n, k), y)? {
+        return Ok(());
+    }
+    quantize_activations(stream, (m, k), x, xq, xds)?;
+    matvec_int_rounded(stream, q, w, (m, n, k), &xq.as_slice(), &xds.as_slice(), y)
+}
+
+fn check_int_type(q: QuantType) -> Result<()> {
+    if !q.has_int_matvec() {
+        return Err(Error::Unsupported {
+            op: "qmatvec (8-bit activations)".into(),
+            dtype: q.name().into(),
+            reason: "no integer kernel for this block type; use the float matrix-vector product"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// The product of [`matvec_int`] from activations already rounded by [`quantize_activations`]
+/// (`xq`, `xds` for `m` rows of `k`): one launch. Several products with the same activations
+/// (a layer's q, k and v projections) round them once.
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_int_rounded<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    xq: &DeviceSlice<'_, u8>,
+    xds: &DeviceSlice<'_, f32>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    let op = "qmatvec";
+    check_float::<I>(op, FLOAT_REASON)?;
+    check_int_type(q)?;
+    check_matvec_shapes(op, q, w, (m, n, k), m * k, y.len())?;
+    check_scratch(op, (m, k), xq.len(), xds.len())?;
+    if matvec_is_trivial((n, k), y)? {
+        return Ok(());
+    }
+    check_aligned(op, "the weight blocks", w.device_ptr())?;
+    check_aligned(op, "the rounded activations", xq.device_ptr())?;
+    check_aligned(op, "the activation factors", xds.device_ptr())?;
     let cfg = config_1d(op, "blocks", n.div_ceil(COLS_PER_BLOCK), BLOCK)?;
     let f = function(
         stream,
@@ -122,8 +187,8 @@ pub fn matvec_int<I: KernelDType>(
         .arg(u32_arg(op, "n", n)?)
         .arg(u32_arg(op, "k", k)?)
         .arg(*w)
-        .arg(xq.as_slice())
-        .arg(xds.as_slice());
+        .arg(*xq)
+        .arg(*xds);
     // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const i8* q, const float2* ds, I* y): block b
     // reads weight rows 2 b, 2 b + 1 below n (w holds n rows of row_bytes, checked), q[0 .. m k)
     // and ds[0 .. m k / 32) (the scratch sizes, checked) and writes y[r n + c] for r < m, c < n
