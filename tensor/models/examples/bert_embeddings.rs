@@ -117,20 +117,7 @@ fn main() -> anyhow::Result<()> {
             "one batch, timed kernel by kernel ({:.2?} with the events):",
             t.elapsed()
         );
-        let mut total = 0.0;
-        for k in &profile {
-            total += k.gpu_ms.unwrap_or(0.0);
-            println!(
-                "  {:5} {:9.1} us  {}",
-                k.launches,
-                k.gpu_ms.unwrap_or(f64::NAN) * 1e3,
-                k.name
-            );
-        }
-        println!(
-            "  GPU time of all launches and library calls: {:.1} us",
-            total * 1e3
-        );
+        candle_rocm_models::bench::print_launch_profile(&profile);
     }
     Ok(())
 }

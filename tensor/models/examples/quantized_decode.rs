@@ -216,20 +216,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         roofline * 100.0
     );
     println!("launches of one token by kernel (GPU time from events around each launch):");
-    print_profile(&profile);
+    candle_rocm_models::bench::print_launch_profile(&profile);
     Ok(())
-}
-
-/// One line per kernel: launches, GPU time (timed profile), name; then the GPU time of all.
-fn print_profile(profile: &[hip_core::KernelProfile]) {
-    let mut total = 0.0;
-    for k in profile {
-        let ms = k.gpu_ms.unwrap_or(f64::NAN);
-        total += k.gpu_ms.unwrap_or(0.0);
-        println!("  {:5} {:9.1} us  {}", k.launches, ms * 1e3, k.name);
-    }
-    println!(
-        "  GPU time of hip-core launches: {:.1} us (vendor-library kernels not included)",
-        total * 1e3
-    );
 }

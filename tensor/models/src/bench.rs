@@ -104,3 +104,22 @@ pub fn synthetic_prompt(len: usize, vocab: usize) -> Result<Vec<u32>> {
     }
     Ok(out)
 }
+
+/// Prints a launch profile (`hip_core::launch_profile_stop`), one line per kernel or library
+/// call: launches, GPU time (a timed profile; NaN otherwise), name; then the GPU time of all.
+pub fn print_launch_profile(profile: &[hip_core::KernelProfile]) {
+    let mut total = 0.0;
+    for k in profile {
+        total += k.gpu_ms.unwrap_or(0.0);
+        println!(
+            "  {:5} {:9.1} us  {}",
+            k.launches,
+            k.gpu_ms.unwrap_or(f64::NAN) * 1e3,
+            k.name
+        );
+    }
+    println!(
+        "  GPU time of all launches and library calls: {:.1} us",
+        total * 1e3
+    );
+}
