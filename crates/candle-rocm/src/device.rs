@@ -1,6 +1,6 @@
 //! [`RocmDevice`]: candle's `BackendDevice` over a hip-core device.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use candle_core::backend::BackendDevice;
@@ -56,10 +56,8 @@ pub struct RocmDevice {
     /// Whether quantized matrix-vector products take the float kernel
     /// ([`QuantizedMatvec::FloatActivations`]) rather than the 8-bit one.
     float_matvec: Arc<AtomicBool>,
-    /// [`QuantizedGemmPlan::chunk_bytes`] of quantized prefill products.
-    qgemm_chunk_bytes: Arc<AtomicUsize>,
-    /// [`QuantizedGemmPlan::overlap`] of quantized prefill products.
-    qgemm_overlap: Arc<AtomicBool>,
+    /// How quantized prefill products are split.
+    qgemm_plan: Arc<Mutex<QuantizedGemmPlan>>,
     /// A second stream for work that overlaps the main stream's (created on first use; ordered
     /// against the main stream by events only).
     side_stream: Arc<OnceLock<std::result::Result<Stream, String>>>,
@@ -85,8 +83,7 @@ impl RocmDevice {
             index_flag: Arc::new(OnceLock::new()),
             libraries: Arc::default(),
             float_matvec: Arc::new(AtomicBool::new(false)),
-            qgemm_chunk_bytes: Arc::new(AtomicUsize::new(QuantizedGemmPlan::default().chunk_bytes)),
-            qgemm_overlap: Arc::new(AtomicBool::new(QuantizedGemmPlan::default().overlap)),
+            qgemm_plan: Arc::default(),
             side_stream: Arc::default(),
             rounded_activations: Arc::default(),
         }
@@ -113,17 +110,12 @@ impl RocmDevice {
     /// [`MATVEC_MAX_ROWS`](rocm_kernels::quantized::MATVEC_MAX_ROWS) activation rows are split
     /// into dequantize + GEMM chunks on this device and its clones.
     pub fn set_quantized_gemm_plan(&self, plan: QuantizedGemmPlan) {
-        self.qgemm_chunk_bytes
-            .store(plan.chunk_bytes, Ordering::Relaxed);
-        self.qgemm_overlap.store(plan.overlap, Ordering::Relaxed);
+        *self.qgemm_plan.lock() = plan;
     }
 
     /// The current [`QuantizedGemmPlan`] of this device.
     pub fn quantized_gemm_plan(&self) -> QuantizedGemmPlan {
-        QuantizedGemmPlan {
-            chunk_bytes: self.qgemm_chunk_bytes.load(Ordering::Relaxed),
-            overlap: self.qgemm_overlap.load(Ordering::Relaxed),
-        }
+        *self.qgemm_plan.lock()
     }
 
     /// The device's side stream (created on first use), for work that overlaps the main

@@ -447,12 +447,12 @@ impl QRocmStorage {
             Blocks::Quant(q) => {
                 // Prefill: the weights dequantized to T in chunks of rows, a GEMM per chunk.
                 let copy;
-                let xs = if x_layout.is_contiguous() {
-                    let off = x_layout.start_offset();
-                    x.slice(off..off + m * k).map_err(hip_err(op))?
-                } else {
-                    copy = dev.contiguous_copy(op, &x.as_slice(), x_layout)?;
-                    copy.as_slice()
+                let xs = match contiguous_view(op, x, x_layout, 1)? {
+                    Some(view) => view,
+                    None => {
+                        copy = dev.contiguous_copy(op, &x.as_slice(), x_layout)?;
+                        copy.as_slice()
+                    }
                 };
                 prefill::gemm_dequantized(dev, op, q, &self.blocks, (m, n, k), &xs, &mut out)?;
             }

@@ -4,7 +4,7 @@
 //! takes a lock per launch (timed: two events per launch as well).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use crate::event::Event;
@@ -22,11 +22,14 @@ pub struct KernelProfile {
     pub gpu_ms: Option<f64>,
 }
 
-static ON: AtomicBool = AtomicBool::new(false);
+/// Off, counting launches, or counting and timing them.
+static STATE: AtomicU8 = AtomicU8::new(OFF);
+const OFF: u8 = 0;
+const COUNTING: u8 = 1;
+const TIMED: u8 = 2;
 
 #[derive(Default)]
 struct Profile {
-    timed: bool,
     counts: HashMap<String, u64>,
     /// (kernel, start, end) of each timed launch, in launch order.
     events: Vec<(String, Event, Event)>,
@@ -44,17 +47,14 @@ fn profile() -> std::sync::MutexGuard<'static, Option<Profile>> {
 /// With `timed`, each launch is bracketed by two timing events on its stream, read by
 /// [`launch_profile_stop`].
 pub fn launch_profile_start(timed: bool) {
-    *profile() = Some(Profile {
-        timed,
-        ..Profile::default()
-    });
-    ON.store(true, Ordering::Relaxed);
+    *profile() = Some(Profile::default());
+    STATE.store(if timed { TIMED } else { COUNTING }, Ordering::Relaxed);
 }
 
 /// Stops the profile and returns the launches by kernel, most GPU time (then most launches)
 /// first. A timed profile waits here for the GPU to finish the profiled launches.
 pub fn launch_profile_stop() -> Vec<KernelProfile> {
-    ON.store(false, Ordering::Relaxed);
+    let timed = STATE.swap(OFF, Ordering::Relaxed) == TIMED;
     let Some(p) = profile().take() else {
         return Vec::new();
     };
@@ -71,7 +71,7 @@ pub fn launch_profile_stop() -> Vec<KernelProfile> {
         .counts
         .into_iter()
         .map(|(name, launches)| {
-            let gpu_ms = (p.timed && !failed.contains(&name))
+            let gpu_ms = (timed && !failed.contains(&name))
                 .then(|| times.get(&name).copied().unwrap_or(0.0));
             KernelProfile {
                 name,
@@ -91,13 +91,16 @@ pub fn launch_profile_stop() -> Vec<KernelProfile> {
 }
 
 pub(crate) fn is_on() -> bool {
-    ON.load(Ordering::Relaxed)
+    STATE.load(Ordering::Relaxed) != OFF
+}
+
+fn is_timed() -> bool {
+    STATE.load(Ordering::Relaxed) == TIMED
 }
 
 /// A timing event recorded on `stream` before a launch, when the profile is timed.
 pub(crate) fn before_launch(stream: &Stream) -> Option<Event> {
-    let timed = profile().as_ref().is_some_and(|p| p.timed);
-    if !timed {
+    if !is_timed() {
         return None;
     }
     let e = Event::new(stream.device(), true).ok()?;
@@ -117,7 +120,7 @@ pub(crate) fn after_launch(name: &str, stream: &Stream, start: Option<Event>) {
         return;
     };
     *p.counts.entry(name.to_string()).or_default() += 1;
-    if p.timed {
+    if is_timed() {
         match (start, end) {
             (Some(s), Some(e)) => p.events.push((name.to_string(), s, e)),
             _ => p.untimed.push(name.to_string()),

@@ -32,20 +32,23 @@ pub fn merge_dims(dims: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Vec<Vec<
         if dim == 1 {
             continue;
         }
-        let joins_outer = !md.is_empty()
-            && strides
-                .iter()
-                .zip(&ms)
-                .all(|(s, m)| m.last() == Some(&(s[d] * dim)));
-        if joins_outer {
-            *md.last_mut().expect("not empty") *= dim;
-            for (s, m) in strides.iter().zip(ms.iter_mut()) {
-                *m.last_mut().expect("same length as md") = s[d];
+        let joins_outer = strides
+            .iter()
+            .zip(&ms)
+            .all(|(s, m)| m.last() == Some(&(s[d] * dim)));
+        match md.last_mut() {
+            Some(outer) if joins_outer => {
+                *outer *= dim;
+                for (s, m) in strides.iter().zip(ms.iter_mut()) {
+                    m.pop();
+                    m.push(s[d]);
+                }
             }
-        } else {
-            md.push(dim);
-            for (s, m) in strides.iter().zip(ms.iter_mut()) {
-                m.push(s[d]);
+            _ => {
+                md.push(dim);
+                for (s, m) in strides.iter().zip(ms.iter_mut()) {
+                    m.push(s[d]);
+                }
             }
         }
     }

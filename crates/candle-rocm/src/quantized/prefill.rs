@@ -82,7 +82,8 @@ pub(crate) fn gemm_dequantized<T: KernelDType + GemmElement>(
     let main = dev.stream();
     let deq_stream = side.as_ref().unwrap_or(main);
     // One buffer when the chunks follow each other on one stream, two (alternating) when they
-    // are dequantized ahead on the side stream.
+    // are dequantized ahead on the side stream. They are freed on the main stream, which waits
+    // for every dequantization before its GEMM.
     let n_bufs = if side.is_some() { 2 } else { 1 };
     let mut bufs = (0..n_bufs)
         .map(|_| dev.alloc::<T>(op, rows.min(n) * k))
@@ -135,8 +136,6 @@ pub(crate) fn gemm_dequantized<T: KernelDType + GemmElement>(
             gemm_done[b] = Some(main.record_event().map_err(hip_err(op))?);
         }
     }
-    // The buffers are freed on the main stream, which has waited for every dequantization.
-    drop(bufs);
     Ok(())
 }
 

@@ -127,16 +127,37 @@ pub fn matvec_int<I: KernelDType>(
     xds: &mut DeviceSliceMut<'_, f32>,
     y: &mut DeviceSliceMut<'_, I>,
 ) -> Result<()> {
+    // The whole product is checked before anything is queued.
     let op = "qmatvec";
-    check_float::<I>(op, FLOAT_REASON)?;
-    check_int_type(q)?;
-    check_matvec_shapes(op, q, w, (m, n, k), x.len(), y.len())?;
-    check_scratch(op, (m, k), xq.len(), xds.len())?;
+    check_int_product::<I>(
+        op,
+        q,
+        w,
+        (m, n, k),
+        (x.len(), y.len()),
+        (xq.len(), xds.len()),
+    )?;
     if matvec_is_trivial((n, k), y)? {
         return Ok(());
     }
     quantize_activations(stream, (m, k), x, xq, xds)?;
     matvec_int_rounded(stream, q, w, (m, n, k), &xq.as_slice(), &xds.as_slice(), y)
+}
+
+/// Checks an integer product: a float activation dtype, a block type with an integer kernel,
+/// the weights', activations' and output's sizes and the rounded activations' scratch.
+fn check_int_product<I: KernelDType>(
+    op: &str,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    (x_len, y_len): (usize, usize),
+    (xq_len, xds_len): (usize, usize),
+) -> Result<()> {
+    check_float::<I>(op, FLOAT_REASON)?;
+    check_int_type(q)?;
+    check_matvec_shapes(op, q, w, (m, n, k), x_len, y_len)?;
+    check_scratch(op, (m, k), xq_len, xds_len)
 }
 
 fn check_int_type(q: QuantType) -> Result<()> {
@@ -165,10 +186,7 @@ pub fn matvec_int_rounded<I: KernelDType>(
     y: &mut DeviceSliceMut<'_, I>,
 ) -> Result<()> {
     let op = "qmatvec";
-    check_float::<I>(op, FLOAT_REASON)?;
-    check_int_type(q)?;
-    check_matvec_shapes(op, q, w, (m, n, k), m * k, y.len())?;
-    check_scratch(op, (m, k), xq.len(), xds.len())?;
+    check_int_product::<I>(op, q, w, (m, n, k), (m * k, y.len()), (xq.len(), xds.len()))?;
     if matvec_is_trivial((n, k), y)? {
         return Ok(());
     }
