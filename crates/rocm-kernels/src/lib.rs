@@ -10,7 +10,7 @@
 //!   committed multi-arch bundle (`bundles/*.hipfb.gz`, built by `cargo xtask build-kernels`,
 //!   embedded with the default `aot` feature) when it is fresh for the source; otherwise (NVIDIA,
 //!   an uncovered architecture, a stale bundle, `ROCM_KERNELS_JIT=1`) run-time compilation
-//!   through hip-core's disk cache.
+//!   through hip-core's disk cache, of the kernel's one-dtype [`jit_variant`] of the module.
 //! * [`bundle`]: our own parser of clang offload bundles and the target-ID matching rule.
 //! * [`elementwise`]: typed launch wrappers for the element-wise families (unary, affine,
 //!   binary/cmp, cast, where, fill/copy).
@@ -31,6 +31,7 @@ pub mod elementwise;
 pub mod error;
 pub mod f8;
 pub mod indexing;
+pub mod jit_variant;
 pub mod layout;
 pub mod modules;
 pub mod nn;

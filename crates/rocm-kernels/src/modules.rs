@@ -18,6 +18,12 @@
 //! that is being compiled when another thread needs it is waited for, never compiled twice.
 //! `ROCM_KERNELS_JIT=1` forces run-time compilation (to compare the two, or to bypass a bad
 //! bundle).
+//!
+//! Where a kernel is JIT-compiled, [`function`] compiles only the kernel's one-dtype variant of
+//! its module ([`crate::jit_variant`]): an f32 model's first run compiles the f32 kernels, not
+//! those of nine element types. A kernel its variant lacks, or a variant that fails to compile,
+//! falls back to the whole module. `ROCM_KERNELS_JIT_WHOLE_MODULES=1` compiles whole modules
+//! (to compare first-use times).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -86,12 +92,28 @@ pub const PRELUDE: &str = include_str!("../kernels/prelude.h");
 /// The environment variable that, set to `1`, makes every module JIT-compile.
 pub const FORCE_JIT_VAR: &str = "ROCM_KERNELS_JIT";
 
+/// The environment variable that, set to `1`, makes run-time compilation compile whole modules
+/// instead of one-dtype variants.
+pub const WHOLE_MODULES_VAR: &str = "ROCM_KERNELS_JIT_WHOLE_MODULES";
+
 /// The full source of module `name` (prelude + module), or `None` if there is no such module.
 pub fn full_source(name: &str) -> Option<String> {
     MODULE_SOURCES
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, src)| bundle::full_source(PRELUDE, name, src))
+}
+
+/// The full source (prelude + module) of module `name`'s one-dtype variant for `dtype` (see
+/// [`crate::jit_variant`]), or `None` if there is no such module.
+pub fn variant_full_source(name: &str, dtype: &str) -> Option<String> {
+    MODULE_SOURCES.iter().find(|(n, _)| *n == name).map(|(_, src)| {
+        bundle::full_source(
+            PRELUDE,
+            name,
+            &crate::jit_variant::variant_source(src, dtype),
+        )
+    })
 }
 
 /// Hex SHA-256 of module `name`'s [`full_source`] (what the bundle manifest records).
@@ -217,7 +239,9 @@ pub fn aot_code_object(
     Ok((target.to_string(), entry.data))
 }
 
-type ModuleKey = (usize, &'static str);
+/// A module load: device ordinal, module name, and the dtype of a one-dtype variant (`None`:
+/// the whole module).
+type ModuleKey = (usize, &'static str, Option<&'static str>);
 
 /// One module's load on one device: initialised once; every caller that needs the module while
 /// it is being compiled waits for that one compilation instead of starting another.
@@ -245,15 +269,24 @@ fn static_name(name: &str) -> Result<&'static str> {
 /// Threads that need a module while it is being compiled wait for that one compilation.
 pub fn module(device: &Device, name: &str) -> Result<Module> {
     let name = static_name(name)?;
-    Ok(load_once(device, name)?.0)
+    Ok(load_once(device, name, None)?.0)
 }
 
-/// Loads `name` on `device` once (concurrent callers wait for the one load). A failure is not
-/// kept: the next call tries again.
-fn load_once(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
-    let key = (device.ordinal(), name);
+/// Loads `name` (or its `variant`) on `device` once (concurrent callers wait for the one load).
+/// A failure is not kept: the next call tries again.
+fn load_once(
+    device: &Device,
+    name: &'static str,
+    variant: Option<&'static str>,
+) -> Result<(Module, LoadPath)> {
+    let key = (device.ordinal(), name, variant);
     let slot = slots().lock().entry(key).or_default().clone();
-    let result = slot.get_or_init(|| load(device, name)).clone();
+    let result = slot
+        .get_or_init(|| match variant {
+            None => load(device, name),
+            Some(dtype) => load_variant(device, name, dtype),
+        })
+        .clone();
     if result.is_err() {
         let mut map = slots().lock();
         if map
@@ -266,16 +299,23 @@ fn load_once(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> 
     result
 }
 
-fn load(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
+/// The ahead-of-time code object `device` would load for module `name`, or why it JIT-compiles.
+fn aot_plan(
+    device: &Device,
+    name: &'static str,
+) -> std::result::Result<(String, &'static [u8]), JitReason> {
     let forced = std::env::var(FORCE_JIT_VAR).is_ok_and(|v| v == "1");
-    let plan = if device.platform() != Platform::Amd {
+    if device.platform() != Platform::Amd {
         Err(JitReason::NotAmd)
     } else if forced {
         Err(JitReason::Forced)
     } else {
         aot_code_object(name, device.arch())
-    };
-    let reason = match plan {
+    }
+}
+
+fn load(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
+    let reason = match aot_plan(device, name) {
         Ok((target, image)) => match device.load_module(image) {
             Ok(m) => return Ok((m, LoadPath::Aot { target })),
             Err(e) => JitReason::AotLoadFailed(e.to_string()),
@@ -289,13 +329,54 @@ fn load(device: &Device, name: &'static str) -> Result<(Module, LoadPath)> {
 }
 
 /// How module `name` was loaded on `device`, or `None` if it has not been loaded there (yet).
+/// Module `name`'s one-dtype variant for `dtype`, JIT-compiled (see [`crate::jit_variant`]).
+fn load_variant(
+    device: &Device,
+    name: &'static str,
+    dtype: &'static str,
+) -> Result<(Module, LoadPath)> {
+    let reason = match aot_plan(device, name) {
+        Err(reason) => reason,
+        // Not reached through `function` (it loads the whole module where a code object
+        // fits); load that code object all the same rather than compile.
+        Ok(_) => return load(device, name),
+    };
+    let source = variant_full_source(name, dtype).unwrap_or_default();
+    let program = format!("{name}.{dtype}");
+    let image = hip_core::rtc::compile(&program, &source, device.arch(), &compile_options())?;
+    let m = device.load_module(&image.image)?;
+    Ok((m, LoadPath::Jit { reason }))
+}
+
+/// The one-dtype variant `kernel` should be JIT-compiled from, or `None` where the whole module
+/// is loaded: a module already loaded whole, a fresh ahead-of-time code object for the device,
+/// a kernel name without a dtype, or `ROCM_KERNELS_JIT_WHOLE_MODULES=1`.
+fn variant_for(device: &Device, name: &'static str, kernel: &str) -> Option<&'static str> {
+    let dtype = crate::jit_variant::kernel_variant(kernel)?;
+    if std::env::var(WHOLE_MODULES_VAR).is_ok_and(|v| v == "1") {
+        return None;
+    }
+    let whole = slots().lock().get(&(device.ordinal(), name, None)).cloned();
+    if whole.is_some_and(|slot| matches!(slot.get(), Some(Ok(_)))) {
+        return None;
+    }
+    aot_plan(device, name).is_err().then_some(dtype)
+}
+
+/// How module `name` was loaded on `device` (whole, or else any of its one-dtype variants), or
+/// `None` if it has not been loaded there (yet).
 pub fn load_path(device: &Device, name: &str) -> Option<LoadPath> {
     let name = static_name(name).ok()?;
-    let slot = slots().lock().get(&(device.ordinal(), name)).cloned()?;
-    match slot.get() {
+    let slots = slots().lock();
+    let mut loads: Vec<_> = slots
+        .iter()
+        .filter(|((ordinal, n, _), _)| *ordinal == device.ordinal() && *n == name)
+        .collect();
+    loads.sort_by_key(|((_, _, variant), _)| *variant);
+    loads.into_iter().find_map(|(_, slot)| match slot.get() {
         Some(Ok((_, p))) => Some(p.clone()),
         _ => None,
-    }
+    })
 }
 
 type FunctionKey = (usize, String);
@@ -307,12 +388,22 @@ fn functions() -> &'static Mutex<HashMap<FunctionKey, Function>> {
 
 /// Kernel `kernel` of module `module_name` on `device` (looked up once, then cached; kernel
 /// names are unique across modules).
+/// Where the kernel is JIT-compiled, only its one-dtype variant of the module is compiled (see
+/// the module docs).
 pub fn function(device: &Device, module_name: &str, kernel: &str) -> Result<Function> {
     let key = (device.ordinal(), kernel.to_string());
     if let Some(f) = functions().lock().get(&key) {
         return Ok(f.clone());
     }
-    let f = module(device, module_name)?.function(kernel)?;
+    let name = static_name(module_name)?;
+    let from_variant = variant_for(device, name, kernel).and_then(|dtype| {
+        let (m, _) = load_once(device, name, Some(dtype)).ok()?;
+        m.function(kernel).ok()
+    });
+    let f = match from_variant {
+        Some(f) => f,
+        None => module(device, name)?.function(kernel)?,
+    };
     Ok(functions().lock().entry(key).or_insert(f).clone())
 }
 

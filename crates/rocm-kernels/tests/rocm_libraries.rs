@@ -73,3 +73,59 @@ fn every_module_jit_compiles_for_cdna_and_rdna_without_a_gpu() {
         MODULE_SOURCES.len()
     );
 }
+
+/// Run-time compilation builds a kernel from its module's one-dtype variant
+/// (`rocm_kernels::jit_variant`): every kernel of the committed gfx942 code object must be
+/// defined by the variant of its name's first dtype, and every variant must compile.
+#[test]
+#[ignore = "needs the ROCm libraries: run `cargo xtask test`"]
+fn every_kernel_is_defined_by_its_one_dtype_variant() {
+    use rocm_kernels::jit_variant::kernel_variant;
+    use rocm_kernels::modules::variant_full_source;
+    use std::collections::BTreeMap;
+
+    match hip_core::platform() {
+        Ok(hip_core::Platform::Amd) => {}
+        other => panic!("the AMD platform did not load ({other:?}); run `cargo xtask test`"),
+    }
+    let cache = std::env::temp_dir().join(format!("rocm-kernels-variants-{}", std::process::id()));
+    std::env::set_var("HIP_CORE_CACHE_DIR", &cache);
+    let arch = "gfx942";
+    let (mut whole_kernels, mut variant_kernels) = (0, 0);
+    for (name, _) in MODULE_SOURCES {
+        let (_, aot) = rocm_kernels::modules::aot_code_object(name, arch)
+            .unwrap_or_else(|e| panic!("{name}: no committed {arch} code object: {e}"));
+        let all = kernels(aot, &format!("{name} AOT {arch}"));
+        let mut by_variant: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
+        for k in &all {
+            if let Some(dtype) = kernel_variant(k) {
+                by_variant.entry(dtype).or_default().push(k);
+            }
+        }
+        for (dtype, wanted) in by_variant {
+            let source = variant_full_source(name, dtype).expect("module");
+            let start = std::time::Instant::now();
+            let program = format!("{name}.{dtype}");
+            let compiled = hip_core::rtc::compile(&program, &source, arch, &compile_options())
+                .unwrap_or_else(|e| panic!("hipRTC failed on variant {program}: {e}"));
+            let defined = kernels(&compiled.image, &program);
+            for k in &wanted {
+                assert!(defined.contains(*k), "{program} does not define `{k}`");
+            }
+            assert!(defined.is_subset(&all), "{program} defines kernels the module lacks");
+            println!(
+                "{program:>16}: {:4} kernels ({:4} in the module), {:.1} s",
+                defined.len(),
+                all.len(),
+                start.elapsed().as_secs_f64()
+            );
+            whole_kernels += all.len();
+            variant_kernels += defined.len();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+    println!(
+        "one-dtype variants compile {variant_kernels} kernels where whole modules would \
+         compile {whole_kernels}"
+    );
+}
