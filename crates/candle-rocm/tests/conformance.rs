@@ -304,6 +304,7 @@ fn needed_len(l: &Layout) -> usize {
     end.unwrap_or(l.start_offset()).max(l.start_offset()) + 2
 }
 
+#[derive(Clone)]
 struct Case {
     name: &'static str,
     layout: Layout,
@@ -339,6 +340,20 @@ fn unary_cases() -> Vec<Case> {
             Layout::contiguous((2, 3, 4, 5)).permute(&[3, 1, 0, 2]),
         ),
         c("transposed", Layout::contiguous((4, 5)).transpose(0, 1)),
+        // Attention's head transposes: the inner dim contiguous, the outer ones permuted (the
+        // strided copy's 16-byte path where the offset keeps the vectors aligned).
+        c(
+            "heads transposed",
+            Layout::contiguous((2, 6, 3, 16)).transpose(1, 2),
+        ),
+        c(
+            "heads transposed, aligned offset",
+            Layout::contiguous_with_offset((2, 6, 3, 16), 32).transpose(1, 2),
+        ),
+        c(
+            "heads transposed, odd offset",
+            Layout::contiguous_with_offset((2, 5, 3, 8), 3).transpose(1, 2),
+        ),
         c(
             "narrowed rows (offset)",
             Layout::contiguous((6, 5)).narrow(0, 2, 3),
@@ -1474,12 +1489,14 @@ fn run_copies(ctx: &mut Ctx) {
 
         // copy_strided_src into a destination at an offset; the rest of the destination must
         // be left alone.
-        for case in unary_cases() {
-            let row = "copy_strided_src";
+        let offsets = [("copy_strided_src", 3), ("copy_strided_src at 0", 0)];
+        for (case, (row, dst_offset)) in unary_cases()
+            .into_iter()
+            .flat_map(|case| offsets.map(|o| (case.clone(), o)))
+        {
             let seed = case_seed(ctx.base, &[row, col, case.name]);
             let mut rng = Rng::new(seed);
             let src = gen(dtype, needed_len(&case.layout), Dist::General, &mut rng);
-            let dst_offset = 3;
             let n = case.layout.shape().elem_count();
             let mut cpu_dst = gen(dtype, n + dst_offset + 2, Dist::General, &mut rng);
             let mut gpu_dst = ctx.upload(&cpu_dst);

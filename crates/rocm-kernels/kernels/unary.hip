@@ -121,11 +121,40 @@ struct iop_zero { template <typename T> static __device__ __forceinline__ T appl
     RK_UNARY(erf, iop_zero, T)             \
     RK_UNARY(silu, iop_zero, T)
 
+// A strided copy whose innermost dim is contiguous in the input and a multiple of the vector
+// width K, every other input stride a multiple of K and both pointers aligned (a permutation of
+// the outer dims, e.g. attention's (b, s, h, d) -> (b, h, s, d) head transposes): one offset
+// computation and one 16-byte load and store per K elements. Returns false, having done
+// nothing, otherwise (the caller then copies element by element). numel < 2^31.
+template <typename T>
+__device__ __forceinline__ bool rk_copy_inner_vec(u64 numel, u64 num_dims, const u64* info,
+                                                  const T* inp, T* out) {
+    const int K = rk_vec_width<T, T>::value;
+    typedef rk_vec<T, K> V;
+    if (num_dims == 0 || numel >= 0x80000000ull) return false;
+    const u64* dims = info;
+    const u64* strides = info + num_dims;
+    if (dims[num_dims - 1] % K != 0 || strides[num_dims - 1] != 1) return false;
+    for (u64 d = 0; d + 1 < num_dims; ++d) {
+        if (strides[d] % K != 0) return false;
+    }
+    if (!rk_aligned(inp, sizeof(V)) || !rk_aligned(out, sizeof(V))) return false;
+    const u32 nvec = (u32)(numel / K);
+    const u32 step = (u32)rk_thread_count();
+    for (u32 v = (u32)rk_thread_id(); v < nvec; v += step) {
+        u64 off[1];
+        rk_strided_offsets<u32, 1>(v * (u32)K, (u32)num_dims, info, off);
+        reinterpret_cast<V*>(out)[v] = *reinterpret_cast<const V*>(inp + off[0]);
+    }
+    return true;
+}
+
 // ucopy_{T}: a bit-exact (strided) copy, no conversion.
 #define RK_COPY(T)                                                                             \
     RK_KERNEL void ucopy_##T(u64 numel, u64 num_dims, const u64* info, const T* inp, T* out) {   \
         auto f = [](T x) { return x; };                                                         \
         if (info == nullptr && rk_map1_contiguous(numel, inp, out, f)) return;                  \
+        if (info != nullptr && rk_copy_inner_vec(numel, num_dims, info, inp, out)) return;      \
         rk_for_each<1>(numel, num_dims, info,                                                   \
                        [=](u64 i, const u64* off) { out[i] = inp[off[0]]; });                   \
     }

@@ -53,8 +53,8 @@ pub fn variant_source(module_source: &str, dtype: &str) -> String {
     let mut in_define_body = false;
     for line in module_source.split_inclusive('\n') {
         let text = line.trim_end_matches(['\n', '\r']);
-        let drop = !in_define_body
-            && instantiation_first_dtype(text).is_some_and(|first| first != dtype);
+        let drop =
+            !in_define_body && instantiation_first_dtype(text).is_some_and(|first| first != dtype);
         in_define_body = text.ends_with('\\');
         if drop {
             out.push('\n');

@@ -23,7 +23,10 @@
 //! its module ([`crate::jit_variant`]): an f32 model's first run compiles the f32 kernels, not
 //! those of nine element types. A kernel its variant lacks, or a variant that fails to compile,
 //! falls back to the whole module. `ROCM_KERNELS_JIT_WHOLE_MODULES=1` compiles whole modules
-//! (to compare first-use times).
+//! (to compare first-use times). The first request of a float dtype's variant on a device
+//! compiles that dtype's variants of the modules nearly every model uses ([`PREFETCH_MODULES`])
+//! in parallel with the requested one, so that a model's first forward pass does not wait for
+//! them one after another; `ROCM_KERNELS_JIT_PREFETCH=0` turns that off.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -107,13 +110,16 @@ pub fn full_source(name: &str) -> Option<String> {
 /// The full source (prelude + module) of module `name`'s one-dtype variant for `dtype` (see
 /// [`crate::jit_variant`]), or `None` if there is no such module.
 pub fn variant_full_source(name: &str, dtype: &str) -> Option<String> {
-    MODULE_SOURCES.iter().find(|(n, _)| *n == name).map(|(_, src)| {
-        bundle::full_source(
-            PRELUDE,
-            name,
-            &crate::jit_variant::variant_source(src, dtype),
-        )
-    })
+    MODULE_SOURCES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, src)| {
+            bundle::full_source(
+                PRELUDE,
+                name,
+                &crate::jit_variant::variant_source(src, dtype),
+            )
+        })
 }
 
 /// Hex SHA-256 of module `name`'s [`full_source`] (what the bundle manifest records).
@@ -363,6 +369,50 @@ fn variant_for(device: &Device, name: &'static str, kernel: &str) -> Option<&'st
     aot_plan(device, name).is_err().then_some(dtype)
 }
 
+/// The environment variable that, set to `0`, turns off the parallel compilation of
+/// [`PREFETCH_MODULES`].
+pub const PREFETCH_VAR: &str = "ROCM_KERNELS_JIT_PREFETCH";
+
+/// The modules whose one-dtype variants are compiled together, in parallel, when the first
+/// variant of a float dtype is requested on a device: the element-wise, reduction and row-wise
+/// families every model uses.
+pub const PREFETCH_MODULES: &[&str] =
+    &["unary", "binary", "affine", "cast", "fill", "reduce", "nn"];
+
+/// On the first request of float dtype `dtype`'s variant on `device` (once per device and
+/// dtype): compiles `dtype`'s variants of [`PREFETCH_MODULES`] and of `requested` in parallel,
+/// one thread each, and returns when all are done, so that a model's first forward pass does
+/// not wait for them one after another. A failure is dropped here (the caller's own request
+/// retries and reports it). No thread outlives the call.
+fn prefetch_variants(device: &Device, requested: &'static str, dtype: &'static str) {
+    static STARTED: OnceLock<Mutex<std::collections::HashSet<(usize, &'static str)>>> =
+        OnceLock::new();
+    if !matches!(dtype, "f32" | "f16" | "bf16" | "f64")
+        || std::env::var(PREFETCH_VAR).is_ok_and(|v| v == "0")
+    {
+        return;
+    }
+    let started = STARTED.get_or_init(Default::default);
+    if !started.lock().insert((device.ordinal(), dtype)) {
+        return;
+    }
+    let mut names: Vec<&'static str> = PREFETCH_MODULES.to_vec();
+    if !names.contains(&requested) {
+        names.push(requested);
+    }
+    std::thread::scope(|scope| {
+        for name in names {
+            let spawned = std::thread::Builder::new()
+                .name(format!("rocm-kernels-jit-{name}.{dtype}"))
+                .spawn_scoped(scope, move || {
+                    let _ = load_once(device, name, Some(dtype));
+                });
+            // No thread (resources exhausted): the module compiles when first needed.
+            drop(spawned);
+        }
+    });
+}
+
 /// How module `name` was loaded on `device` (whole, or else any of its one-dtype variants), or
 /// `None` if it has not been loaded there (yet).
 pub fn load_path(device: &Device, name: &str) -> Option<LoadPath> {
@@ -397,6 +447,7 @@ pub fn function(device: &Device, module_name: &str, kernel: &str) -> Result<Func
     }
     let name = static_name(module_name)?;
     let from_variant = variant_for(device, name, kernel).and_then(|dtype| {
+        prefetch_variants(device, name, dtype);
         let (m, _) = load_once(device, name, Some(dtype)).ok()?;
         m.function(kernel).ok()
     });

@@ -112,7 +112,10 @@ fn every_kernel_is_defined_by_its_one_dtype_variant() {
             for k in &wanted {
                 assert!(defined.contains(*k), "{program} does not define `{k}`");
             }
-            assert!(defined.is_subset(&all), "{program} defines kernels the module lacks");
+            assert!(
+                defined.is_subset(&all),
+                "{program} defines kernels the module lacks"
+            );
             println!(
                 "{program:>16}: {:4} kernels ({:4} in the module), {:.1} s",
                 defined.len(),

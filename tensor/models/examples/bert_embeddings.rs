@@ -25,6 +25,7 @@ const SENTENCES: &[&str] = &[
 ];
 
 fn main() -> anyhow::Result<()> {
+    let process_start = Instant::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = match args.first() {
         Some(d) => PathBuf::from(d),
@@ -76,7 +77,12 @@ fn main() -> anyhow::Result<()> {
     let emb = model.embed(SENTENCES)?;
     let host = emb.to_device(&candle_core::Device::Cpu)?;
     let embed_time = t.elapsed();
-    println!("embeddings {:?} in {embed_time:.2?}", host.dims());
+    println!(
+        "embeddings {:?} in {embed_time:.2?}; first embeddings {:.2?} after the program started \
+         (device, weights, first use of every kernel)",
+        host.dims(),
+        process_start.elapsed()
+    );
     for (s, row) in SENTENCES.iter().zip(host.to_vec2::<f32>()?) {
         let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
         let head: Vec<String> = row.iter().take(5).map(|x| format!("{x:+.5}")).collect();
