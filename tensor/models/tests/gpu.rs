@@ -880,6 +880,32 @@ fn llama_with_fused_attention_matches_unfused() {
     assert_eq!(a.tokens, b.tokens);
     assert!(worst < 1e-2, "{worst}");
 
+    // One decode step: the fused decoder takes grouped-query attention as it is, so its only
+    // `copy2d` launches are the KV-cache concatenations (2 per `Tensor::cat`, k and v per
+    // layer); the unfused one adds `repeat_kv`'s copies (one per query head group).
+    let copies_per_decode_step = |m: &llama::LlamaModel| {
+        let mut cache = m.new_cache(true).unwrap();
+        let ids = Tensor::new(prompt.as_slice(), &dev)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        m.forward(&ids, 0, &mut cache).unwrap();
+        let next = Tensor::new(&[29871u32], &dev).unwrap().unsqueeze(0).unwrap();
+        hip_core::launch_profile_start(false);
+        let logits = m.forward(&next, prompt.len(), &mut cache);
+        let profile = hip_core::launch_profile_stop();
+        logits.unwrap();
+        profile
+            .iter()
+            .filter(|k| k.name.starts_with("copy2d"))
+            .map(|k| k.launches)
+            .sum::<u64>()
+    };
+    let layers = cfg.num_hidden_layers as u64;
+    let n_rep = (cfg.num_attention_heads / cfg.num_key_value_heads) as u64;
+    assert_eq!(copies_per_decode_step(&fused), 4 * layers);
+    assert_eq!(copies_per_decode_step(&plain), (4 + 2 * n_rep) * layers);
+
     // Prefill of 2048 tokens (2 layers, 2048 positions) in bf16: last-position logits agree.
     let long = candle_transformers::models::llama::Config {
         num_hidden_layers: 2,
