@@ -880,9 +880,11 @@ fn llama_with_fused_attention_matches_unfused() {
     assert_eq!(a.tokens, b.tokens);
     assert!(worst < 1e-2, "{worst}");
 
-    // One decode step: the fused decoder takes grouped-query attention as it is, so its only
+    // A decode step: the fused decoder takes grouped-query attention as it is, so its only
     // `copy2d` launches are the KV-cache concatenations (2 per `Tensor::cat`, k and v per
-    // layer); the unfused one adds `repeat_kv`'s copies (one per query head group).
+    // layer); the unfused one adds `repeat_kv`'s copies (one per query head group). (The
+    // second step is counted: the first concatenates the prompt's v, a strided view, which
+    // takes the strided copy instead.)
     let copies_per_decode_step = |m: &llama::LlamaModel| {
         let mut cache = m.new_cache(true).unwrap();
         let ids = Tensor::new(prompt.as_slice(), &dev)
@@ -891,8 +893,9 @@ fn llama_with_fused_attention_matches_unfused() {
             .unwrap();
         m.forward(&ids, 0, &mut cache).unwrap();
         let next = Tensor::new(&[29871u32], &dev).unwrap().unsqueeze(0).unwrap();
+        m.forward(&next, prompt.len(), &mut cache).unwrap();
         hip_core::launch_profile_start(false);
-        let logits = m.forward(&next, prompt.len(), &mut cache);
+        let logits = m.forward(&next, prompt.len() + 1, &mut cache);
         let profile = hip_core::launch_profile_stop();
         logits.unwrap();
         profile
