@@ -45,25 +45,32 @@ pub const DEFAULT_SEED: u64 = 299_792_458;
 /// shared offset by its element count, so successive calls give fresh numbers and
 /// [`set_seed`](BackendDevice::set_seed) (which also resets the offset to 0) reproduces a
 /// sequence.
+/// Cloning shares the device (one reference count: Candle asks a storage for its device
+/// several times per op).
 #[derive(Clone)]
 pub struct RocmDevice {
+    state: Arc<DeviceState>,
+}
+
+/// What a [`RocmDevice`] and its clones share.
+struct DeviceState {
     device: hip_core::Device,
     stream: Stream,
-    seed: Arc<Mutex<u64>>,
-    rng_offset: Arc<AtomicU64>,
-    index_flag: Arc<OnceLock<IndexErrorFlag>>,
-    libraries: Arc<crate::blas::Libraries>,
+    seed: Mutex<u64>,
+    rng_offset: AtomicU64,
+    index_flag: OnceLock<IndexErrorFlag>,
+    libraries: crate::blas::Libraries,
     /// Whether quantized matrix-vector products take the float kernel
     /// ([`QuantizedMatvec::FloatActivations`]) rather than the 8-bit one.
-    float_matvec: Arc<AtomicBool>,
+    float_matvec: AtomicBool,
     /// How quantized prefill products are split.
-    qgemm_plan: Arc<Mutex<QuantizedGemmPlan>>,
+    qgemm_plan: Mutex<QuantizedGemmPlan>,
     /// A second stream for work that overlaps the main stream's (created on first use; ordered
     /// against the main stream by events only).
-    side_stream: Arc<OnceLock<std::result::Result<Stream, String>>>,
+    side_stream: OnceLock<std::result::Result<Stream, String>>,
     /// The last activations rounded for the integer matrix-vector product, for the next
     /// product of the same contents (quantized/activations.rs).
-    rounded_activations: Arc<Mutex<Option<Arc<RoundedActivations>>>>,
+    rounded_activations: Mutex<Option<Arc<RoundedActivations>>>,
 }
 
 impl RocmDevice {
@@ -76,16 +83,18 @@ impl RocmDevice {
     /// Wraps an already opened hip-core device.
     pub fn from_hip_device(device: hip_core::Device) -> Self {
         RocmDevice {
-            stream: device.default_stream(),
-            device,
-            seed: Arc::new(Mutex::new(DEFAULT_SEED)),
-            rng_offset: Arc::new(AtomicU64::new(0)),
-            index_flag: Arc::new(OnceLock::new()),
-            libraries: Arc::default(),
-            float_matvec: Arc::new(AtomicBool::new(false)),
-            qgemm_plan: Arc::default(),
-            side_stream: Arc::default(),
-            rounded_activations: Arc::default(),
+            state: Arc::new(DeviceState {
+                stream: device.default_stream(),
+                device,
+                seed: Mutex::new(DEFAULT_SEED),
+                rng_offset: AtomicU64::new(0),
+                index_flag: OnceLock::new(),
+                libraries: Default::default(),
+                float_matvec: AtomicBool::new(false),
+                qgemm_plan: Default::default(),
+                side_stream: OnceLock::new(),
+                rounded_activations: Mutex::new(None),
+            }),
         }
     }
 
@@ -93,13 +102,14 @@ impl RocmDevice {
     /// [`MATVEC_MAX_ROWS`](rocm_kernels::quantized::MATVEC_MAX_ROWS) activation rows on this
     /// device and its clones (every tensor on it); prefill always dequantizes and runs a GEMM.
     pub fn set_quantized_matvec(&self, kind: QuantizedMatvec) {
-        self.float_matvec
+        self.state
+            .float_matvec
             .store(kind == QuantizedMatvec::FloatActivations, Ordering::Relaxed);
     }
 
     /// The current [`QuantizedMatvec`] choice of this device.
     pub fn quantized_matvec(&self) -> QuantizedMatvec {
-        if self.float_matvec.load(Ordering::Relaxed) {
+        if self.state.float_matvec.load(Ordering::Relaxed) {
             QuantizedMatvec::FloatActivations
         } else {
             QuantizedMatvec::Int8Activations
@@ -110,19 +120,20 @@ impl RocmDevice {
     /// [`MATVEC_MAX_ROWS`](rocm_kernels::quantized::MATVEC_MAX_ROWS) activation rows are split
     /// into dequantize + GEMM chunks on this device and its clones.
     pub fn set_quantized_gemm_plan(&self, plan: QuantizedGemmPlan) {
-        *self.qgemm_plan.lock() = plan;
+        *self.state.qgemm_plan.lock() = plan;
     }
 
     /// The current [`QuantizedGemmPlan`] of this device.
     pub fn quantized_gemm_plan(&self) -> QuantizedGemmPlan {
-        *self.qgemm_plan.lock()
+        *self.state.qgemm_plan.lock()
     }
 
     /// The device's side stream (created on first use), for work that overlaps the main
     /// stream's; callers order it against [`RocmDevice::stream`] with events.
     pub(crate) fn side_stream(&self, op: &str) -> Result<Stream> {
-        self.side_stream
-            .get_or_init(|| self.device.create_stream().map_err(|e| e.to_string()))
+        self.state
+            .side_stream
+            .get_or_init(|| self.state.device.create_stream().map_err(|e| e.to_string()))
             .clone()
             .map_err(|e| RocmError::library(op, "HIP (creating a side stream)", e).into())
     }
@@ -132,7 +143,8 @@ impl RocmDevice {
         &self,
         key: &ActivationKey,
     ) -> Option<Arc<RoundedActivations>> {
-        self.rounded_activations
+        self.state
+            .rounded_activations
             .lock()
             .as_ref()
             .filter(|r| r.key == Some(*key))
@@ -141,43 +153,47 @@ impl RocmDevice {
 
     /// Keeps `rounded` for the next product of the same activations (replacing the last).
     pub(crate) fn keep_rounded_activations(&self, rounded: Arc<RoundedActivations>) {
-        *self.rounded_activations.lock() = Some(rounded);
+        *self.state.rounded_activations.lock() = Some(rounded);
     }
 
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
-        self.device.ordinal()
+        self.state.device.ordinal()
     }
 
     /// The underlying hip-core device.
     pub fn hip_device(&self) -> hip_core::Device {
-        self.device
+        self.state.device
     }
 
     /// The device's vendor-library handles and settings.
     pub(crate) fn libraries(&self) -> &crate::blas::Libraries {
-        &self.libraries
+        &self.state.libraries
     }
 
     /// The stream this backend queues its work on.
     pub fn stream(&self) -> &Stream {
-        &self.stream
+        &self.state.stream
     }
 
     /// Allocates `len` elements on the backend's stream (contents unspecified).
     pub(crate) fn alloc<T: DeviceRepr>(&self, op: &str, len: usize) -> Result<DeviceBuffer<T>> {
-        self.stream.alloc::<T>(len).map_err(hip_err(op))
+        self.state.stream.alloc::<T>(len).map_err(hip_err(op))
     }
 
     fn alloc_zeroed<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        self.stream.alloc_zeroed::<T>(len).map_err(hip_err("zeros"))
+        self.state
+            .stream
+            .alloc_zeroed::<T>(len)
+            .map_err(hip_err("zeros"))
     }
 
     /// A device copy of host data, ordered on the backend's stream. Small data (masks, scalars,
     /// ids: up to [`Stream::MAX_ASYNC_UPLOAD_BYTES`]) goes through hip-core's pinned staging
     /// ring without making the host wait for the GPU; larger data is copied synchronously.
     pub(crate) fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
-        self.stream
+        self.state
+            .stream
             .alloc_from_host_async(data)
             .map_err(hip_err("copying host data to the device"))
     }
@@ -211,13 +227,14 @@ impl RocmDevice {
 
     /// The indexing kernels' error flag on the backend's stream (created on first use).
     pub(crate) fn index_flag(&self) -> Result<&IndexErrorFlag> {
-        if let Some(flag) = self.index_flag.get() {
+        if let Some(flag) = self.state.index_flag.get() {
             return Ok(flag);
         }
-        let flag = IndexErrorFlag::new(&self.stream).map_err(kernel_err("indexing error flag"))?;
+        let flag =
+            IndexErrorFlag::new(&self.state.stream).map_err(kernel_err("indexing error flag"))?;
         // Another clone may have won the race; either flag is bound to the same stream.
-        let _ = self.index_flag.set(flag);
-        match self.index_flag.get() {
+        let _ = self.state.index_flag.set(flag);
+        match self.state.index_flag.get() {
             Some(flag) => Ok(flag),
             None => {
                 Err(RocmError::layout("indexing error flag", "could not be initialised").into())
@@ -229,7 +246,7 @@ impl RocmDevice {
     /// exists): a recorded out-of-range index becomes a typed error naming the op, the index and
     /// the dim size (see the type's docs). Called by `to_cpu_storage` and `synchronize`.
     pub fn check_index_errors(&self) -> Result<()> {
-        let Some(flag) = self.index_flag.get() else {
+        let Some(flag) = self.state.index_flag.get() else {
             return Ok(());
         };
         let Some(e) = flag
@@ -255,9 +272,9 @@ impl RocmDevice {
         ) -> rocm_kernels::Result<()>,
     ) -> Result<DeviceBuffer<T>> {
         let mut out = self.alloc::<T>(op, n)?;
-        let seed = *self.seed.lock();
-        let offset = self.rng_offset.fetch_add(n as u64, Ordering::Relaxed);
-        fill(&self.stream, &mut out.as_mut_slice(), seed, offset).map_err(kernel_err(op))?;
+        let seed = *self.state.seed.lock();
+        let offset = self.state.rng_offset.fetch_add(n as u64, Ordering::Relaxed);
+        fill(&self.state.stream, &mut out.as_mut_slice(), seed, offset).map_err(kernel_err(op))?;
         Ok(out)
     }
 
@@ -330,8 +347,8 @@ impl std::fmt::Debug for RocmDevice {
             f,
             "RocmDevice({}, {}, {})",
             self.ordinal(),
-            self.device.properties().name,
-            self.device.arch()
+            self.state.device.properties().name,
+            self.state.device.arch()
         )
     }
 }
@@ -430,20 +447,21 @@ impl BackendDevice for RocmDevice {
     /// Sets the seed and resets the random offset, so the same seed reproduces the same
     /// sequence of random tensors.
     fn set_seed(&self, seed: u64) -> Result<()> {
-        let mut guard = self.seed.lock();
+        let mut guard = self.state.seed.lock();
         *guard = seed;
-        self.rng_offset.store(0, Ordering::Relaxed);
+        self.state.rng_offset.store(0, Ordering::Relaxed);
         Ok(())
     }
 
     fn get_current_seed(&self) -> Result<u64> {
-        Ok(*self.seed.lock())
+        Ok(*self.state.seed.lock())
     }
 
     /// Waits for the stream, then reports an out-of-range index recorded by an indexing op
     /// since the last check (see the type's docs).
     fn synchronize(&self) -> Result<()> {
-        self.stream
+        self.state
+            .stream
             .synchronize()
             .map_err(hip_err("synchronizing the ROCm device"))?;
         self.check_index_errors()

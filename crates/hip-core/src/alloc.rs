@@ -54,7 +54,9 @@
 //! recorded is covered by a device synchronisation instead (at once, or if that fails too, the
 //! next one that succeeds).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use parking_lot::Mutex;
 

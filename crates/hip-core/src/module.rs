@@ -71,7 +71,7 @@ impl Module {
         Ok(Function {
             module: self.inner.clone(),
             raw,
-            name: name.to_string(),
+            name: Arc::from(name),
             attributes,
         })
     }
@@ -106,7 +106,8 @@ impl std::fmt::Debug for Module {
 pub struct Function {
     module: Arc<ModuleInner>,
     raw: RawFunction,
-    name: String,
+    /// Shared: clones of a Function (one per launch from the kernel caches) copy no string.
+    name: Arc<str>,
     attributes: FunctionAttributes,
 }
 

@@ -429,11 +429,13 @@ pub fn load_path(device: &Device, name: &str) -> Option<LoadPath> {
     })
 }
 
-type FunctionKey = (usize, String);
+/// Kernels looked up so far: per device ordinal, by kernel name (looked up by `&str`: no
+/// allocation on the path every launch takes).
+type FunctionCache = rustc_hash::FxHashMap<usize, rustc_hash::FxHashMap<String, Function>>;
 
-fn functions() -> &'static Mutex<HashMap<FunctionKey, Function>> {
-    static FUNCTIONS: OnceLock<Mutex<HashMap<FunctionKey, Function>>> = OnceLock::new();
-    FUNCTIONS.get_or_init(|| Mutex::new(HashMap::new()))
+fn functions() -> &'static Mutex<FunctionCache> {
+    static FUNCTIONS: OnceLock<Mutex<FunctionCache>> = OnceLock::new();
+    FUNCTIONS.get_or_init(Default::default)
 }
 
 /// Kernel `kernel` of module `module_name` on `device` (looked up once, then cached; kernel
@@ -441,8 +443,12 @@ fn functions() -> &'static Mutex<HashMap<FunctionKey, Function>> {
 /// Where the kernel is JIT-compiled, only its one-dtype variant of the module is compiled (see
 /// the module docs).
 pub fn function(device: &Device, module_name: &str, kernel: &str) -> Result<Function> {
-    let key = (device.ordinal(), kernel.to_string());
-    if let Some(f) = functions().lock().get(&key) {
+    let ordinal = device.ordinal();
+    if let Some(f) = functions()
+        .lock()
+        .get(&ordinal)
+        .and_then(|kernels| kernels.get(kernel))
+    {
         return Ok(f.clone());
     }
     let name = static_name(module_name)?;
@@ -455,7 +461,13 @@ pub fn function(device: &Device, module_name: &str, kernel: &str) -> Result<Func
         Some(f) => f,
         None => module(device, name)?.function(kernel)?,
     };
-    Ok(functions().lock().entry(key).or_insert(f).clone())
+    Ok(functions()
+        .lock()
+        .entry(ordinal)
+        .or_default()
+        .entry(kernel.to_string())
+        .or_insert(f)
+        .clone())
 }
 
 type CustomKey = (usize, String);

@@ -16,8 +16,11 @@
 //! launches per token (`hip_core::launch_count`; vendor-library launches inside a GEMM are not
 //! counted), then the launches of one more token by kernel name (`hip_core::launch_profile_*`).
 //!
-//! `cargo run --release --example quantized_decode -- [--device rocm|cpu] [--layers N] [--tokens N]`
+//! `cargo run --release --example quantized_decode -- [--device rocm|cpu] [--layers N] [--tokens N]
+//! [--host-profile N]` (`--host-profile`: sample the host over N more decode steps and print
+//! where its time goes)
 
+use std::collections::HashMap;
 use std::io::Cursor;
 use std::time::Instant;
 
@@ -33,6 +36,8 @@ struct Args {
     tokens: usize,
     dtype: GgmlDType,
     output_dtype: GgmlDType,
+    /// Decode steps to sample the host over (0: none).
+    host_profile: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -42,6 +47,7 @@ fn parse() -> Result<Args, String> {
         tokens: 64,
         dtype: GgmlDType::Q4K,
         output_dtype: GgmlDType::Q6K,
+        host_profile: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -50,6 +56,9 @@ fn parse() -> Result<Args, String> {
             "--device" => a.device = v()?,
             "--layers" => a.layers = v()?.parse().map_err(|e| format!("--layers: {e}"))?,
             "--tokens" => a.tokens = v()?.parse().map_err(|e| format!("--tokens: {e}"))?,
+            "--host-profile" => {
+                a.host_profile = v()?.parse().map_err(|e| format!("--host-profile: {e}"))?
+            }
             "--dtype" => a.dtype = parse_ggml_dtype(&v()?).map_err(|e| e.to_string())?,
             "--output-dtype" => {
                 a.output_dtype = parse_ggml_dtype(&v()?).map_err(|e| e.to_string())?
@@ -217,5 +226,68 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("launches of one token by kernel (GPU time from events around each launch):");
     candle_rocm_models::bench::print_launch_profile(&profile);
+    if args.host_profile > 0 {
+        host_profile(&mut model, &device, next, pos + 1, args.host_profile)?;
+    }
     Ok(())
+}
+
+/// Samples the host (5 kHz) while `tokens` more decode steps are queued, without waiting for
+/// their logits, and prints where the host time goes: functions by share of the samples that
+/// include them, and the functions the samples were in.
+fn host_profile(
+    model: &mut ModelWeights,
+    device: &Device,
+    token: u32,
+    mut pos: usize,
+    tokens: usize,
+) -> anyhow::Result<()> {
+    let guard = pprof::ProfilerGuardBuilder::default()
+        .frequency(5000)
+        .blocklist(&["libc", "libgcc", "pthread", "vdso"])
+        .build()?;
+    let x = Tensor::new(&[token], device)?.unsqueeze(0)?;
+    for _ in 0..tokens {
+        drop(model.forward(&x, pos)?);
+        pos += 1;
+    }
+    let report = guard.report().build()?;
+    device.synchronize()?;
+    let (mut inclusive, mut own) = (HashMap::<String, isize>::new(), HashMap::new());
+    let mut total = 0isize;
+    for (frames, &count) in &report.data {
+        total += count;
+        let names: Vec<String> = frames
+            .frames
+            .iter()
+            .flat_map(|f| f.iter().map(|s| short_name(&s.name())))
+            .collect();
+        if let Some(leaf) = names.first() {
+            *own.entry(leaf.clone()).or_default() += count;
+        }
+        let unique: std::collections::HashSet<&String> = names.iter().collect();
+        for n in unique {
+            *inclusive.entry(n.clone()).or_default() += count;
+        }
+    }
+    let print = |title: &str, map: HashMap<String, isize>, rows: usize| {
+        let mut v: Vec<_> = map.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1));
+        println!("{title} ({total} samples over {tokens} decode steps):");
+        for (name, n) in v.into_iter().take(rows) {
+            println!("  {:5.1}%  {name}", 100.0 * n as f64 / total.max(1) as f64);
+        }
+    };
+    print("host profile, inclusive", inclusive, 60);
+    print("host profile, self", own, 30);
+    Ok(())
+}
+
+/// A demangled symbol without its hash, cut to one line's width.
+fn short_name(name: &str) -> String {
+    let name = match name.rfind("::h") {
+        Some(i) if name.len() - i == 19 => &name[..i],
+        _ => name,
+    };
+    name.chars().take(140).collect()
 }

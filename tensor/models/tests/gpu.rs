@@ -892,7 +892,10 @@ fn llama_with_fused_attention_matches_unfused() {
             .unsqueeze(0)
             .unwrap();
         m.forward(&ids, 0, &mut cache).unwrap();
-        let next = Tensor::new(&[29871u32], &dev).unwrap().unsqueeze(0).unwrap();
+        let next = Tensor::new(&[29871u32], &dev)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
         m.forward(&next, prompt.len(), &mut cache).unwrap();
         hip_core::launch_profile_start(false);
         let logits = m.forward(&next, prompt.len() + 1, &mut cache);
