@@ -135,6 +135,18 @@ impl RocmDevice {
             // An empty sum: zeros (no library call needed).
             return out.as_mut_slice().memset_async(0).map_err(hip_err(op));
         }
+        if let Some((rows, ldw)) = gemv_shape::<T>(bmnk, lhs_l, rhs_l) {
+            let x = offset_view(op, &lhs_view, lhs_l)?;
+            let w = offset_view(op, &rhs_view, rhs_l)?;
+            return rocm_kernels::gemv::gemv(
+                self.stream(),
+                (rows, n, k),
+                &x,
+                (&w, ldw),
+                &mut out.as_mut_slice(),
+            )
+            .map_err(kernel_err(op));
+        }
         let cfg = gemm_config(bmnk, lhs_l, rhs_l)?;
         let a = offset_view(op, &rhs_view, rhs_l)?;
         let bm = offset_view(op, &lhs_view, lhs_l)?;
@@ -169,6 +181,43 @@ impl RocmDevice {
     }
 }
 
+/// `CANDLE_ROCM_DECODE_GEMV=0` sends every product to the vendor GEMM (to compare the two).
+const DECODE_GEMV_VAR: &str = "CANDLE_ROCM_DECODE_GEMV";
+
+/// `Some((rows, ldw))` when the product is `rows <=` [`GEMV_MAX_ROWS`] activation rows stored
+/// back to back times one row-major `(n, k)` weight with row stride `ldw`, read transposed and
+/// shared by every batch entry (a Linear layer in a decode step), in f32, f16 or bf16: what
+/// [`rocm_kernels::gemv::gemv`] computes in one plain launch.
+///
+/// [`GEMV_MAX_ROWS`]: rocm_kernels::gemv::GEMV_MAX_ROWS
+fn gemv_shape<T: KernelDType>(
+    (b, m, n, k): (usize, usize, usize, usize),
+    lhs_l: &Layout,
+    rhs_l: &Layout,
+) -> Option<(usize, usize)> {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    let rows = b * m;
+    if !matches!(T::NAME, "f32" | "f16" | "bf16")
+        || rows == 0
+        || rows > rocm_kernels::gemv::GEMV_MAX_ROWS
+        || n == 0
+        || k == 0
+        || !lhs_l.is_contiguous()
+        || !*ENABLED.get_or_init(|| std::env::var(DECODE_GEMV_VAR).map_or(true, |v| v != "0"))
+    {
+        return None;
+    }
+    let (dims, strides) = (rhs_l.dims(), rhs_l.stride());
+    let r = dims.len();
+    let shared = dims[..r - 2]
+        .iter()
+        .zip(&strides[..r - 2])
+        .all(|(&d, &s)| d == 1 || s == 0);
+    let k_contiguous = k == 1 || strides[r - 2] == 1;
+    let ldw = if n == 1 { k } else { strides[r - 1] };
+    (shared && k_contiguous && ldw >= k).then_some((rows, ldw))
+}
+
 /// `slice` from the layout's start offset on (the GEMM validates the extent).
 fn offset_view<'a, T: GemmElement>(
     op: &str,
@@ -186,4 +235,74 @@ fn offset_view<'a, T: GemmElement>(
         )
         .into()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dims: &[usize], a: usize, b: usize) -> Layout {
+        Layout::contiguous(dims).transpose(a, b).unwrap()
+    }
+
+    #[test]
+    fn decode_linear_products_take_the_gemv_kernel() {
+        // x (1, 64) . W^T for W (300, 64): one row, the weight's row stride 64.
+        let x = Layout::contiguous((1, 64));
+        let w = t(&[300, 64], 0, 1);
+        assert_eq!(gemv_shape::<f32>((1, 1, 300, 64), &x, &w), Some((1, 64)));
+        assert_eq!(
+            gemv_shape::<half::bf16>((1, 1, 300, 64), &x, &w),
+            Some((1, 64))
+        );
+        // Batch 2 x 2 rows against a weight broadcast over the batch (stride 0).
+        let x = Layout::contiguous((2, 2, 64));
+        let w = Layout::new((2, 64, 40).into(), vec![0, 1, 64], 0);
+        assert_eq!(
+            gemv_shape::<half::f16>((2, 2, 40, 64), &x, &w),
+            Some((4, 64))
+        );
+        // A narrowed weight (row stride 72) at an offset.
+        let w = Layout::new((64, 40).into(), vec![1, 72], 5);
+        let x = Layout::contiguous((3, 64));
+        assert_eq!(gemv_shape::<f32>((1, 3, 40, 64), &x, &w), Some((3, 72)));
+    }
+
+    #[test]
+    fn other_products_keep_the_gemm() {
+        let w = t(&[300, 64], 0, 1);
+        // Five rows, f64, a transposed x, a row-major rhs, per-batch weights, empty products.
+        assert_eq!(
+            gemv_shape::<f32>((1, 5, 300, 64), &Layout::contiguous((5, 64)), &w),
+            None
+        );
+        assert_eq!(
+            gemv_shape::<f64>((1, 1, 300, 64), &Layout::contiguous((1, 64)), &w),
+            None
+        );
+        assert_eq!(
+            gemv_shape::<f32>((1, 2, 300, 64), &t(&[64, 2], 0, 1), &w),
+            None
+        );
+        assert_eq!(
+            gemv_shape::<f32>(
+                (1, 1, 300, 64),
+                &Layout::contiguous((1, 64)),
+                &Layout::contiguous((64, 300))
+            ),
+            None
+        );
+        assert_eq!(
+            gemv_shape::<f32>(
+                (2, 1, 30, 64),
+                &Layout::contiguous((2, 1, 64)),
+                &t(&[2, 30, 64], 1, 2)
+            ),
+            None
+        );
+        assert_eq!(
+            gemv_shape::<f32>((1, 1, 0, 64), &Layout::contiguous((1, 64)), &w),
+            None
+        );
+    }
 }

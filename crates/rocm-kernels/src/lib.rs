@@ -20,7 +20,8 @@
 //! * [`reduce`], [`nn`] (softmax, rms_norm, layer_norm, rope), [`indexing`], [`sort`],
 //!   [`pool`] (pooling and upsampling), [`random`] (Philox), [`conv`] (im2col/col2im for the
 //!   GEMM-based convolution path), [`quantized`] (GGML blocks: dequantize, embedding rows,
-//!   matrix-vector and mixture-of-experts products), [`attention`] (fused attention: prefill,
+//!   matrix-vector and mixture-of-experts products), [`gemv`] (float-weight matrix-vector
+//!   products for decode steps), [`attention`] (fused attention: prefill,
 //!   split-key decode, variable-length batches): the other families.
 
 pub mod attention;
@@ -30,6 +31,7 @@ pub mod dtype;
 pub mod elementwise;
 pub mod error;
 pub mod f8;
+pub mod gemv;
 pub mod indexing;
 pub mod jit_variant;
 pub mod layout;

@@ -306,6 +306,45 @@ fn matmul_cases() -> Vec<MCase> {
             lhs: Layout::contiguous((1, 8)),
             rhs: Layout::contiguous((8, 9)),
         },
+        // Decode-step Linear layers: up to 4 activation rows times a row-major weight read
+        // transposed take the float matrix-vector kernel (16-byte path where k, the weight's
+        // row stride and the offsets allow; element by element otherwise).
+        MCase {
+            name: "gemv: 1 row . W^T (300 x 256)".into(),
+            bmnk: (1, 1, 300, 256),
+            lhs: Layout::contiguous((1, 256)),
+            rhs: t(Layout::contiguous((300, 256)), 0, 1),
+        },
+        MCase {
+            name: "gemv: 3 rows, odd k 37".into(),
+            bmnk: (1, 3, 50, 37),
+            lhs: Layout::contiguous((3, 37)),
+            rhs: t(Layout::contiguous((50, 37)), 0, 1),
+        },
+        MCase {
+            name: "gemv: batch 2 x 2 rows, weight broadcast over the batch".into(),
+            bmnk: (2, 2, 40, 64),
+            lhs: Layout::contiguous((2, 2, 64)),
+            rhs: strided(&[2, 64, 40], &[0, 1, 64], 0),
+        },
+        MCase {
+            name: "gemv: narrowed weight (ld 72), aligned offsets".into(),
+            bmnk: (1, 4, 40, 64),
+            lhs: Layout::contiguous_with_offset((4, 64), 16),
+            rhs: strided(&[64, 40], &[1, 72], 8),
+        },
+        MCase {
+            name: "gemv: narrowed weight (ld 72), odd offsets".into(),
+            bmnk: (1, 2, 40, 64),
+            lhs: Layout::contiguous_with_offset((2, 64), 3),
+            rhs: strided(&[64, 40], &[1, 72], 5),
+        },
+        MCase {
+            name: "gemv: n = 1".into(),
+            bmnk: (1, 1, 1, 96),
+            lhs: Layout::contiguous((1, 96)),
+            rhs: strided(&[96, 1], &[1, 7], 0),
+        },
         MCase {
             name: "k = 0 (zeros)".into(),
             bmnk: (2, 3, 4, 0),
