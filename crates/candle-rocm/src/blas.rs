@@ -85,9 +85,38 @@ impl RocmDevice {
         &self,
         op: &str,
         bmnk: (usize, usize, usize, usize),
+        lhs: (&DeviceSlice<'_, T>, &Layout),
+        rhs: (&DeviceSlice<'_, T>, &Layout),
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        self.product(op, bmnk, lhs, rhs, out, false)
+    }
+
+    /// As [`RocmDevice::gemm`], for Candle's matmul: a decode-step Linear product (up to
+    /// [`GEMV_MAX_ROWS`](rocm_kernels::gemv::GEMV_MAX_ROWS) rows times a row-major weight read
+    /// transposed) takes the float matrix-vector kernel, one plain launch, instead of the
+    /// vendor GEMM (see `gemv_shape`). Convolutions keep the GEMM: Candle's own conv tests
+    /// compare results rounded to 4 decimals with the CPU's, which a different summation
+    /// order can move across a rounding boundary.
+    pub(crate) fn matmul_product<T: GemmElement + KernelDType>(
+        &self,
+        op: &str,
+        bmnk: (usize, usize, usize, usize),
+        lhs: (&DeviceSlice<'_, T>, &Layout),
+        rhs: (&DeviceSlice<'_, T>, &Layout),
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        self.product(op, bmnk, lhs, rhs, out, true)
+    }
+
+    fn product<T: GemmElement + KernelDType>(
+        &self,
+        op: &str,
+        bmnk: (usize, usize, usize, usize),
         (lhs, lhs_l): (&DeviceSlice<'_, T>, &Layout),
         (rhs, rhs_l): (&DeviceSlice<'_, T>, &Layout),
         out: &mut DeviceBuffer<T>,
+        allow_gemv: bool,
     ) -> Result<()> {
         let (b, m, n, k) = bmnk;
         let want = b * m * n;
@@ -135,7 +164,7 @@ impl RocmDevice {
             // An empty sum: zeros (no library call needed).
             return out.as_mut_slice().memset_async(0).map_err(hip_err(op));
         }
-        if let Some((rows, ldw)) = gemv_shape::<T>(bmnk, lhs_l, rhs_l) {
+        if let Some((rows, ldw)) = gemv_shape::<T>(bmnk, lhs_l, rhs_l).filter(|_| allow_gemv) {
             let x = offset_view(op, &lhs_view, lhs_l)?;
             let w = offset_view(op, &rhs_view, rhs_l)?;
             return rocm_kernels::gemv::gemv(

@@ -23,7 +23,7 @@ pub(crate) fn matmul(
     macro_rules! gemm {
         ($a:expr, $b:expr) => {{
             let mut out = dev.alloc(op, n)?;
-            dev.gemm(
+            dev.matmul_product(
                 op,
                 bmnk,
                 (&$a.as_slice(), lhs_l),
