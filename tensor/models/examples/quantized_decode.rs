@@ -272,7 +272,7 @@ fn host_profile(
     }
     let print = |title: &str, map: HashMap<String, isize>, rows: usize| {
         let mut v: Vec<_> = map.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
         println!("{title} ({total} samples over {tokens} decode steps):");
         for (name, n) in v.into_iter().take(rows) {
             println!("  {:5.1}%  {name}", 100.0 * n as f64 / total.max(1) as f64);
