@@ -85,38 +85,9 @@ impl RocmDevice {
         &self,
         op: &str,
         bmnk: (usize, usize, usize, usize),
-        lhs: (&DeviceSlice<'_, T>, &Layout),
-        rhs: (&DeviceSlice<'_, T>, &Layout),
-        out: &mut DeviceBuffer<T>,
-    ) -> Result<()> {
-        self.product(op, bmnk, lhs, rhs, out, false)
-    }
-
-    /// As [`RocmDevice::gemm`], for Candle's matmul: a decode-step Linear product (up to
-    /// [`GEMV_MAX_ROWS`](rocm_kernels::gemv::GEMV_MAX_ROWS) rows times a row-major weight read
-    /// transposed) takes the float matrix-vector kernel, one plain launch, instead of the
-    /// vendor GEMM (see `gemv_shape`). Convolutions keep the GEMM: Candle's own conv tests
-    /// compare results rounded to 4 decimals with the CPU's, which a different summation
-    /// order can move across a rounding boundary.
-    pub(crate) fn matmul_product<T: GemmElement + KernelDType>(
-        &self,
-        op: &str,
-        bmnk: (usize, usize, usize, usize),
-        lhs: (&DeviceSlice<'_, T>, &Layout),
-        rhs: (&DeviceSlice<'_, T>, &Layout),
-        out: &mut DeviceBuffer<T>,
-    ) -> Result<()> {
-        self.product(op, bmnk, lhs, rhs, out, true)
-    }
-
-    fn product<T: GemmElement + KernelDType>(
-        &self,
-        op: &str,
-        bmnk: (usize, usize, usize, usize),
         (lhs, lhs_l): (&DeviceSlice<'_, T>, &Layout),
         (rhs, rhs_l): (&DeviceSlice<'_, T>, &Layout),
         out: &mut DeviceBuffer<T>,
-        allow_gemv: bool,
     ) -> Result<()> {
         let (b, m, n, k) = bmnk;
         let want = b * m * n;
@@ -164,9 +135,33 @@ impl RocmDevice {
             // An empty sum: zeros (no library call needed).
             return out.as_mut_slice().memset_async(0).map_err(hip_err(op));
         }
-        if let Some((rows, ldw)) = gemv_shape::<T>(bmnk, lhs_l, rhs_l).filter(|_| allow_gemv) {
-            let x = offset_view(op, &lhs_view, lhs_l)?;
-            let w = offset_view(op, &rhs_view, rhs_l)?;
+        let cfg = gemm_config(bmnk, lhs_l, rhs_l)?;
+        let a = offset_view(op, &rhs_view, rhs_l)?;
+        let bm = offset_view(op, &lhs_view, lhs_l)?;
+        self.blas(op)?
+            .gemm(&cfg, 1.0, &a, &bm, 0.0, &mut out.as_mut_slice())
+            .map_err(|e| RocmError::library(op, "rocBLAS", e).into())
+    }
+
+    /// As [`RocmDevice::gemm`], for Candle's matmul: a decode-step Linear product (up to
+    /// [`GEMV_MAX_ROWS`](rocm_kernels::gemv::GEMV_MAX_ROWS) rows times a row-major weight read
+    /// transposed) takes the float matrix-vector kernel, one plain launch, instead of the
+    /// vendor GEMM (see `gemv_shape`). Convolutions keep the GEMM: Candle's own conv tests
+    /// compare results rounded to 4 decimals with the CPU's, which a different summation
+    /// order can move across a rounding boundary.
+    pub(crate) fn matmul_product<T: GemmElement + KernelDType>(
+        &self,
+        op: &str,
+        bmnk: (usize, usize, usize, usize),
+        (lhs, lhs_l): (&DeviceSlice<'_, T>, &Layout),
+        (rhs, rhs_l): (&DeviceSlice<'_, T>, &Layout),
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        let (_, _, n, k) = bmnk;
+        // `gemv_shape` takes only layouts the kernel reads as they are: no copy first.
+        if let Some((rows, ldw)) = gemv_shape::<T>(bmnk, lhs_l, rhs_l) {
+            let x = offset_view(op, lhs, lhs_l)?;
+            let w = offset_view(op, rhs, rhs_l)?;
             return rocm_kernels::gemv::gemv(
                 self.stream(),
                 (rows, n, k),
@@ -176,12 +171,7 @@ impl RocmDevice {
             )
             .map_err(kernel_err(op));
         }
-        let cfg = gemm_config(bmnk, lhs_l, rhs_l)?;
-        let a = offset_view(op, &rhs_view, rhs_l)?;
-        let bm = offset_view(op, &lhs_view, lhs_l)?;
-        self.blas(op)?
-            .gemm(&cfg, 1.0, &a, &bm, 0.0, &mut out.as_mut_slice())
-            .map_err(|e| RocmError::library(op, "rocBLAS", e).into())
+        self.gemm(op, bmnk, (lhs, lhs_l), (rhs, rhs_l), out)
     }
 
     /// The strided view `layout` of `slice` copied into a new contiguous buffer.
