@@ -1,6 +1,6 @@
 //! [`RocmDevice`]: candle's `BackendDevice` over a hip-core device.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use candle_core::backend::BackendDevice;
@@ -60,9 +60,8 @@ struct DeviceState {
     rng_offset: AtomicU64,
     index_flag: OnceLock<IndexErrorFlag>,
     libraries: crate::blas::Libraries,
-    /// Whether quantized matrix-vector products take the float kernel
-    /// ([`QuantizedMatvec::FloatActivations`]) rather than the 8-bit one.
-    float_matvec: AtomicBool,
+    /// The quantized matrix-vector kernel ([`QuantizedMatvec`] as its `u8` code).
+    matvec_kind: AtomicU8,
     /// How quantized prefill products are split.
     qgemm_plan: Mutex<QuantizedGemmPlan>,
     /// A second stream for work that overlaps the main stream's (created on first use; ordered
@@ -90,7 +89,7 @@ impl RocmDevice {
                 rng_offset: AtomicU64::new(0),
                 index_flag: OnceLock::new(),
                 libraries: Default::default(),
-                float_matvec: AtomicBool::new(false),
+                matvec_kind: AtomicU8::new(QuantizedMatvec::default().code()),
                 qgemm_plan: Default::default(),
                 side_stream: OnceLock::new(),
                 rounded_activations: Mutex::new(None),
@@ -102,18 +101,12 @@ impl RocmDevice {
     /// [`MATVEC_MAX_ROWS`](rocm_kernels::quantized::MATVEC_MAX_ROWS) activation rows on this
     /// device and its clones (every tensor on it); prefill always dequantizes and runs a GEMM.
     pub fn set_quantized_matvec(&self, kind: QuantizedMatvec) {
-        self.state
-            .float_matvec
-            .store(kind == QuantizedMatvec::FloatActivations, Ordering::Relaxed);
+        self.state.matvec_kind.store(kind.code(), Ordering::Relaxed);
     }
 
     /// The current [`QuantizedMatvec`] choice of this device.
     pub fn quantized_matvec(&self) -> QuantizedMatvec {
-        if self.state.float_matvec.load(Ordering::Relaxed) {
-            QuantizedMatvec::FloatActivations
-        } else {
-            QuantizedMatvec::Int8Activations
-        }
+        QuantizedMatvec::from_code(self.state.matvec_kind.load(Ordering::Relaxed))
     }
 
     /// Chooses how quantized matmuls with more than

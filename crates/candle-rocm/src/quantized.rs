@@ -48,13 +48,45 @@ pub use prefill::QuantizedGemmPlan;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QuantizedMatvec {
     /// Activations rounded to 8 bits per 32-element block, 4-byte integer dot products (2x or
-    /// more faster; the error of the activations' rounding, like candle's CPU and CUDA paths).
-    /// Q8K weights take the float kernel.
+    /// more faster; the error of the activations' rounding, like candle's CPU and CUDA paths),
+    /// in one launch: each block of the kernel rounds the activations into its shared memory
+    /// and streams the weights with 16-byte loads. Where the rounded rows do not fit a block's
+    /// shared memory, as [`QuantizedMatvec::Int8RoundedOnce`]. Q8K weights take the float
+    /// kernel.
     #[default]
     Int8Activations,
+    /// The same products in two launches: the activations rounded by a launch of their own and
+    /// kept for the next product of the same contents (a layer's q, k and v projections round
+    /// them once), then the product.
+    Int8RoundedOnce,
     /// Weights dequantized in registers, f32 activations, products and sums: the exact product
     /// of the dequantized weights (one rounding to the output dtype).
     FloatActivations,
+}
+
+impl QuantizedMatvec {
+    /// The device's stored code of this choice.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            QuantizedMatvec::Int8Activations => 0,
+            QuantizedMatvec::Int8RoundedOnce => 1,
+            QuantizedMatvec::FloatActivations => 2,
+        }
+    }
+
+    /// The choice of a stored code (only codes from [`QuantizedMatvec::code`] are stored).
+    pub(crate) fn from_code(code: u8) -> QuantizedMatvec {
+        match code {
+            1 => QuantizedMatvec::Int8RoundedOnce,
+            2 => QuantizedMatvec::FloatActivations,
+            _ => QuantizedMatvec::Int8Activations,
+        }
+    }
+
+    /// Whether this choice rounds the activations to 8 bits.
+    pub fn rounds_activations(self) -> bool {
+        self != QuantizedMatvec::FloatActivations
+    }
 }
 
 /// How the blocks of a [`GgmlDType`] are read on the device.
@@ -406,8 +438,20 @@ impl QRocmStorage {
                     }
                 };
                 let w = self.blocks.as_slice();
-                if q.has_int_matvec() && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
-                {
+                let kind = dev.quantized_matvec();
+                let staged = kind == QuantizedMatvec::Int8Activations
+                    && qk::matvec_int_staged_fits(dev.stream(), q, m, k);
+                if q.has_int_matvec() && staged {
+                    qk::matvec_int_staged(
+                        dev.stream(),
+                        q,
+                        &w,
+                        (m, n, k),
+                        &xs,
+                        &mut out.as_mut_slice(),
+                    )
+                    .map_err(kernel_err(op))?;
+                } else if q.has_int_matvec() && kind.rounds_activations() {
                     let rounded = match key.and_then(|key| dev.rounded_activations(&key)) {
                         Some(rounded) => rounded,
                         None => {

@@ -54,6 +54,9 @@
 // measured slower than 1 on an H100: a quarter of the teams in flight); team sums use xor
 // shuffles below 32, which stay inside a team on every wave size. Blocks, activations and
 // outputs of dequantize/qembedding are 16-byte aligned (the wrappers check).
+//
+// The integer products with 8-bit activations (quantize_q8x, qmatvec_i8 and the one-launch
+// qmatvec_s8) are described in their sections below.
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -669,14 +672,51 @@ __device__ __forceinline__ int qi_dot4(int a, int b, int c) {
 #endif
 }
 
-// 4 bytes at p, which is 2-byte (a2) or 4-byte (a4) aligned.
-__device__ __forceinline__ int qi_a2(const u8* p) {
-    const unsigned short* h = (const unsigned short*)p;
-    return (int)((u32)h[0] | ((u32)h[1] << 16));
-}
+// 4 bytes at p (4-byte aligned).
 __device__ __forceinline__ int qi_a4(const u8* p) { return *(const int*)p; }
 // 4 rounded activation bytes (4-byte aligned).
 __device__ __forceinline__ int qi_x(const signed char* q, int off) { return *(const int*)(q + off); }
+
+// The 32 bits of hi:lo from bit `sh` (0 or 16) up.
+__device__ __forceinline__ u32 qi_shift2(u32 lo, u32 hi, u32 sh) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    return __funnelshift_r(lo, hi, sh);
+#else
+    return __builtin_amdgcn_alignbit(hi, lo, sh);
+#endif
+}
+
+// N little-endian 4-byte words starting at p, which is 2-byte aligned: N + 1 aligned 32-bit
+// loads and funnel shifts where p is 2 past a 4-byte boundary, N loads where it is aligned
+// (half the loads of 2-byte reads). Reads only 4-byte words holding some of the N words' bytes.
+template <int N> __device__ __forceinline__ void qi_words(const u8* p, int* out) {
+    const u32* a = (const u32*)((u64)p & ~(u64)3);
+    const u32 sh = (u32)((u64)p & 2) * 8;
+    u32 w[N + 1];
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = a[i];
+    w[N] = a[sh != 0 ? N : N - 1];  // the last word again where p is aligned (sh = 0 ignores it)
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = (int)qi_shift2(w[i], w[i + 1], sh);
+}
+
+// N ints of activation bytes at q + off (aligned to 4 N bytes for N = 1, 2, 4, to 16 above),
+// with the widest loads that alignment allows.
+template <int N> __device__ __forceinline__ void qi_xs(const signed char* q, int off, int* out) {
+    if (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const int4 v = *(const int4*)(q + off + 4 * i);
+            out[i] = v.x; out[i + 1] = v.y; out[i + 2] = v.z; out[i + 3] = v.w;
+        }
+    } else if (N == 2) {
+        const int2 v = *(const int2*)(q + off);
+        out[0] = v.x; out[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) out[i] = qi_x(q, off + 4 * i);
+    }
+}
 
 // Bits 0..3 of t moved to bit 4 of bytes 0..3 (the fifth bit of 4 consecutive 5-bit values).
 __device__ __forceinline__ int qi_spread4(u32 t) { return (int)(((t * 0x00204081u) & 0x01010101u) << 4); }
@@ -689,20 +729,23 @@ template <int P> struct qi_q4_0 {
     struct W { float d; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         w.d = qk_f16(b);
+        int v[NI];
+        qi_words<NI>(b + 2 + 4 * part * NI, v);
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
-            const u32 v = (u32)qi_a2(b + 2 + 4 * (part * NI + i));
-            w.lo[i] = (int)(v & 0x0F0F0F0Fu);
-            w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu);
+            w.lo[i] = v[i] & 0x0F0F0F0F;
+            w.hi[i] = (int)(((u32)v[i] >> 4) & 0x0F0F0F0Fu);
         }
     }
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int xl[NI], xh[NI];
+        qi_xs<NI>(q, 4 * part * NI, xl);
+        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
         int s = 0;
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
-            const int j = 4 * (part * NI + i);
-            s = qi_dot4(w.lo[i], qi_x(q, j), s);
-            s = qi_dot4(w.hi[i], qi_x(q, 16 + j), s);
+            s = qi_dot4(w.lo[i], xl[i], s);
+            s = qi_dot4(w.hi[i], xh[i], s);
         }
         const float2 a = ds[0];
         return w.d * (a.x * (float)s - (8.0f / P) * a.y);
@@ -723,12 +766,14 @@ template <int P> struct qi_q4_1 {
         }
     }
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int xl[NI], xh[NI];
+        qi_xs<NI>(q, 4 * part * NI, xl);
+        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
         int s = 0;
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
-            const int j = 4 * (part * NI + i);
-            s = qi_dot4(w.lo[i], qi_x(q, j), s);
-            s = qi_dot4(w.hi[i], qi_x(q, 16 + j), s);
+            s = qi_dot4(w.lo[i], xl[i], s);
+            s = qi_dot4(w.hi[i], xh[i], s);
         }
         const float2 a = ds[0];
         return w.d * a.x * (float)s + (w.m / P) * a.y;
@@ -740,22 +785,27 @@ template <int P> struct qi_q5_0 {
     struct W { float d; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         w.d = qk_f16(b);
-        const u32 qh = (u32)qi_a2(b + 2);
+        int qh1[1], vs[NI];
+        qi_words<1>(b + 2, qh1);
+        qi_words<NI>(b + 6 + 4 * part * NI, vs);
+        const u32 qh = (u32)qh1[0];
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
             const int j = 4 * (part * NI + i);
-            const u32 v = (u32)qi_a2(b + 6 + j);
+            const u32 v = (u32)vs[i];
             w.lo[i] = (int)(v & 0x0F0F0F0Fu) | qi_spread4((qh >> j) & 0xFu);
             w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu) | qi_spread4((qh >> (16 + j)) & 0xFu);
         }
     }
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int xl[NI], xh[NI];
+        qi_xs<NI>(q, 4 * part * NI, xl);
+        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
         int s = 0;
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
-            const int j = 4 * (part * NI + i);
-            s = qi_dot4(w.lo[i], qi_x(q, j), s);
-            s = qi_dot4(w.hi[i], qi_x(q, 16 + j), s);
+            s = qi_dot4(w.lo[i], xl[i], s);
+            s = qi_dot4(w.hi[i], xh[i], s);
         }
         const float2 a = ds[0];
         return w.d * (a.x * (float)s - (16.0f / P) * a.y);
@@ -778,12 +828,14 @@ template <int P> struct qi_q5_1 {
         }
     }
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int xl[NI], xh[NI];
+        qi_xs<NI>(q, 4 * part * NI, xl);
+        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
         int s = 0;
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
-            const int j = 4 * (part * NI + i);
-            s = qi_dot4(w.lo[i], qi_x(q, j), s);
-            s = qi_dot4(w.hi[i], qi_x(q, 16 + j), s);
+            s = qi_dot4(w.lo[i], xl[i], s);
+            s = qi_dot4(w.hi[i], xh[i], s);
         }
         const float2 a = ds[0];
         return w.d * a.x * (float)s + (w.m / P) * a.y;
@@ -796,16 +848,19 @@ template <int P, int BYTES_, int OFF, bool A4> struct qi_q8 {
     struct W { float d; int v[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         w.d = qk_f16(b);
+        if (A4) {
 #pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            const u8* p = b + OFF + 4 * (part * NI + i);
-            w.v[i] = A4 ? qi_a4(p) : qi_a2(p);
+            for (int i = 0; i < NI; ++i) w.v[i] = qi_a4(b + OFF + 4 * (part * NI + i));
+        } else {
+            qi_words<NI>(b + OFF + 4 * part * NI, w.v);
         }
     }
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+        int x[NI];
+        qi_xs<NI>(q, 4 * part * NI, x);
         int s = 0;
 #pragma unroll
-        for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[i], qi_x(q, 4 * (part * NI + i)), s);
+        for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[i], x[i], s);
         return w.d * ds[0].x * (float)s;
     }
 };
@@ -941,7 +996,9 @@ template <int P> struct qi_q3k {
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
         w.d = qk_f16(b + 108);
-        const u32 s0 = (u32)qi_a2(b + 96), s1 = (u32)qi_a2(b + 100), s2 = (u32)qi_a2(b + 104);
+        int sw[3];
+        qi_words<3>(b + 96, sw);
+        const u32 s0 = (u32)sw[0], s1 = (u32)sw[1], s2 = (u32)sw[2];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int i = 8 * h + 2 * j + l0 / 16;
@@ -949,10 +1006,13 @@ template <int P> struct qi_q3k {
             const u32 hi = (qi_byte12(s0, s1, s2, 8 + (i & 3)) >> (2 * (i >> 2))) & 3;
             w.sc[j] = (float)((int)(lo | (hi << 4)) - 32);
         }
+        int qv[NI], mv[NI];
+        qi_words<NI>(b + 32 + 32 * h + l0, qv);
+        qi_words<NI>(b + l0, mv);
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
-            const u32 q = (u32)qi_a2(b + 32 + 32 * h + l0 + 4 * i);
-            const u32 m = (u32)qi_a2(b + l0 + 4 * i);
+            const u32 q = (u32)qv[i];
+            const u32 m = (u32)mv[i];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 // 2 low bits, plus 4 where the hmask bit is set: q + 4 in 0 .. 7, then minus 4.
@@ -989,11 +1049,15 @@ template <int P> struct qi_q6k {
             const u32 s2 = ((const unsigned short*)(b + 192 + 8 * nh))[i];
             w.sc[i] = (float)(signed char)(u8)(s2 >> (8 * (l0 / 16)));
         }
+        int lav[NI], lbv[NI], hv[NI];
+        qi_words<NI>(b + 64 * nh + l0, lav);
+        qi_words<NI>(b + 64 * nh + 32 + l0, lbv);
+        qi_words<NI>(b + 128 + 32 * nh + l0, hv);
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
-            const u32 la = (u32)qi_a2(b + 64 * nh + l0 + 4 * i);
-            const u32 lb = (u32)qi_a2(b + 64 * nh + 32 + l0 + 4 * i);
-            const u32 h = (u32)qi_a2(b + 128 + 32 * nh + l0 + 4 * i);
+            const u32 la = (u32)lav[i];
+            const u32 lb = (u32)lbv[i];
+            const u32 h = (u32)hv[i];
             w.v[0][i] = qi_sub32((la & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4));
             w.v[1][i] = qi_sub32((lb & 0x0F0F0F0Fu) | (((h >> 2) & 0x03030303u) << 4));
             w.v[2][i] = qi_sub32(((la >> 4) & 0x0F0F0F0Fu) | (((h >> 4) & 0x03030303u) << 4));
@@ -1041,18 +1105,16 @@ __device__ __forceinline__ void qi_load4(const bf16* x, float* v) {
 // q[32 b ..] = rint(x * (127 / amax)) (0 where amax = 0) and ds[b] = (amax / 127, amax / 127 *
 // sum(q)). 8 threads per block (8 consecutive lanes: their xor shuffles stay inside a team),
 // 4 elements each.
-template <typename I>
-__device__ __forceinline__ void qi_quantize(u32 groups, const I* x, signed char* q, float2* ds) {
-    const u32 g = (u32)blockIdx.x * blockDim.x + threadIdx.x;
-    // Whole blocks of 8 groups: every lane of an 8-lane block takes part in the shuffles.
-    const bool live = g < groups;
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (live) qi_load4(x + (u64)g * 4, v);
+// Rounds the 4 activations v of this lane, one of 8 consecutive lanes (their xor shuffles stay
+// inside a team) that hold a 32-element block, every one of which calls this: `packed` gets
+// the lane's 4 signed bytes, `ds` the block's (d, d * sum q).
+__device__ __forceinline__ void qi_round4(const float* v, int& packed, float2& ds) {
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
     for (int mask = 1; mask < 8; mask <<= 1) amax = fmaxf(amax, __shfl_xor(amax, mask));
     const float id = amax == 0.0f ? 0.0f : 127.0f / amax;
-    int packed = 0, sum = 0;
+    int sum = 0;
+    packed = 0;
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
         const int qt = (int)rintf(v[t] * id);
@@ -1061,12 +1123,23 @@ __device__ __forceinline__ void qi_quantize(u32 groups, const I* x, signed char*
     }
 #pragma unroll
     for (int mask = 1; mask < 8; mask <<= 1) sum += __shfl_xor(sum, mask);
+    const float d = amax / 127.0f;
+    ds = make_float2(d, d * (float)sum);
+}
+
+template <typename I>
+__device__ __forceinline__ void qi_quantize(u32 groups, const I* x, signed char* q, float2* ds) {
+    const u32 g = (u32)blockIdx.x * blockDim.x + threadIdx.x;
+    // Whole blocks of 8 groups: every lane of an 8-lane block takes part in the shuffles.
+    const bool live = g < groups;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) qi_load4(x + (u64)g * 4, v);
+    int packed;
+    float2 f;
+    qi_round4(v, packed, f);
     if (live) {
         ((int*)q)[g] = packed;
-        if ((g & 7) == 0) {
-            const float d = amax / 127.0f;
-            ds[g / 8] = make_float2(d, d * (float)sum);
-        }
+        if ((g & 7) == 0) ds[g / 8] = f;
     }
 }
 
@@ -1146,6 +1219,190 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
         qi_matvec<QTYPE, ITYPE>(m, n, k, w, xq, xds, y);                                         \
     }
 
+// ---------------------------------------------------------------------------------------------
+// Staged integer matrix-vector products: one launch, weights streamed with 16-byte loads
+// ---------------------------------------------------------------------------------------------
+//
+// qmatvec_s8_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y)
+//     The product of qmatvec_i8 (the same rounded activations x', the same per-block integer
+//     dot products) in one launch: every block first rounds the m activation rows into its
+//     shared memory (as quantize_q8x would), then each team of 32 lanes owns whole weight rows
+//     (rows team, team + teams, ..., so one team sums each output and the result does not
+//     depend on the grid) and streams them through its part of shared memory in stages of
+//     QS_SB blocks: the team reads a stage's bytes with coalesced 16-byte loads (whatever the
+//     block size: 18-, 34- and 210-byte blocks allow only 2-byte loads in place), holds the
+//     next stage in registers while it computes the current one from shared memory, and the
+//     lanes take the stage's (block, part) items as qmatvec_i8's do.
+//     Dynamic shared memory: qs_act_bytes(m, k) + QS_TEAMS * stage capacity (the wrapper's
+//     `staged_shared_bytes`); grid: any number of blocks of QS_TEAMS * 32 threads (persistent:
+//     the wrapper launches a few per multiprocessor). w is 16-byte aligned, x too.
+#ifndef QS_TEAMS
+#define QS_TEAMS 8
+#endif
+// One item of the stage loop at a time (measured: unrolling by 2 or 4 was slower).
+#ifndef QS_UNROLL_PRAGMA
+#define QS_UNROLL_PRAGMA _Pragma("unroll 1")
+#endif
+
+// Orders a team's shared-memory writes before its lanes' later reads (and reads before later
+// writes): a warp barrier on NVIDIA; on AMD a team is (half) a wavefront, whose LDS accesses
+// are issued in order, so a wavefront-scope fence that keeps the compiler from moving them.
+__device__ __forceinline__ void qs_team_sync() {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    __syncwarp();
+#else
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#endif
+}
+
+// The 16 bytes at p (16-byte aligned), of which only those before `end` (even) are read: the
+// last bytes of the weights need not fill a 16-byte piece.
+__device__ __forceinline__ uint4 qs_load16(const u8* p, const u8* end) {
+    if (p + 16 <= end) return *(const uint4*)p;
+    u32 v[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+        if (p + 2 * j < end) v[j / 2] |= (u32)((const unsigned short*)p)[j] << (16 * (j & 1));
+    return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// Shared bytes of m rounded activation rows of k: the signed bytes, then the (d, d * sum q)
+// pairs, rounded up to 16.
+__device__ __forceinline__ u32 qs_act_bytes(u32 m, u32 k) { return (m * k + m * (k / 32) * 8 + 15) / 16 * 16; }
+
+template <typename Q, int SB> struct qs_stage {
+    // A stage's bytes start at most 14 bytes past a 16-byte boundary (blocks have even sizes).
+    enum { CAP = (SB * Q::BYTES + 14 + 15) / 16 * 16, PIECES = CAP / 16, LOADS = (PIECES + QK_TEAM - 1) / QK_TEAM };
+};
+
+template <typename Q, typename I, int SB>
+__device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y) {
+    typedef qs_stage<Q, SB> S;
+    extern __shared__ __attribute__((aligned(16))) u8 qs_smem[];
+    const int lane = (int)(threadIdx.x % QK_TEAM), team = (int)(threadIdx.x / QK_TEAM);
+    signed char* aq = (signed char*)qs_smem;
+    float2* ads = (float2*)(qs_smem + m * k);
+    u8* stage = qs_smem + qs_act_bytes(m, k) + team * S::CAP;
+    const u32 bpr = k / Q::QK, stages = (bpr + SB - 1) / SB;
+    const u64 row_bytes = (u64)bpr * Q::BYTES;
+    const u8* w_end = w + (u64)n * row_bytes;
+    const u32 teams = gridDim.x * QS_TEAMS;
+
+    // The stage (row, s) in flight: its 16-byte pieces (this lane's share), how many pieces and
+    // where its first block starts in them.
+    uint4 pre[S::LOADS];
+    u32 pre_pieces = 0, pre_off = 0;
+    auto fetch = [&](u32 row, u32 s) {
+        const u8* start = w + (u64)row * row_bytes + (u64)s * SB * Q::BYTES;
+        const u32 len = min((u32)SB, bpr - s * SB) * Q::BYTES;
+        const u8* a = (const u8*)((u64)start & ~(u64)15);
+        pre_off = (u32)(start - a);
+        pre_pieces = (pre_off + len + 15) / 16;
+#pragma unroll
+        for (int j = 0; j < S::LOADS; ++j) {
+            const u32 i = (u32)lane + QK_TEAM * j;
+            if (i < pre_pieces) pre[j] = qs_load16(a + 16 * i, w_end);
+        }
+    };
+    u32 row = blockIdx.x * QS_TEAMS + team, s = 0;
+    if (row < n) fetch(row, 0);
+
+    // The activations, rounded into shared memory by the whole block (every lane runs every
+    // iteration: the rounding's shuffles need whole 8-lane groups).
+    const u32 groups = m * k / 4;
+    for (u32 g0 = 0; g0 < groups; g0 += blockDim.x) {
+        const u32 g = g0 + threadIdx.x;
+        const bool live = g < groups;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) qi_load4(x + (u64)g * 4, v);
+        int packed;
+        float2 f;
+        qi_round4(v, packed, f);
+        if (live) {
+            ((int*)aq)[g] = packed;
+            if ((g & 7) == 0) ads[g / 8] = f;
+        }
+    }
+    __syncthreads();
+
+    float acc[QK_MAX_M];
+#pragma unroll
+    for (int r = 0; r < QK_MAX_M; ++r) acc[r] = 0.0f;
+    while (row < n) {
+        qs_team_sync();  // the previous stage's readers are done
+#pragma unroll
+        for (int j = 0; j < S::LOADS; ++j) {
+            const u32 i = (u32)lane + QK_TEAM * j;
+            if (i < pre_pieces) ((uint4*)stage)[i] = pre[j];
+        }
+        qs_team_sync();
+        const u32 cur_row = row, cur_s = s, cur_off = pre_off;
+        if (++s == stages) {
+            s = 0;
+            row += teams;
+        }
+        if (row < n) fetch(row, s);  // in flight while this stage is computed
+        const u32 items = min((u32)SB, bpr - cur_s * SB) * Q::PARTS;
+        const u32 blk0 = cur_s * SB;
+        QS_UNROLL_PRAGMA
+        for (u32 it = (u32)lane; it < items; it += QK_TEAM) {
+            const u32 blk = it / Q::PARTS;
+            const int part = (int)(it % Q::PARTS);
+            typename Q::W wv;
+            Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
+#pragma unroll
+            for (u32 r = 0; r < QK_MAX_M; ++r) {
+                if (r < m) {
+                    const signed char* q = aq + r * k + (blk0 + blk) * Q::QK;
+                    const float2* ds = ads + r * (k / 32) + (blk0 + blk) * (Q::QK / 32);
+                    acc[r] += Q::dot(wv, q, ds, part);
+                }
+            }
+        }
+        if (cur_s == stages - 1) {
+#pragma unroll
+            for (u32 r = 0; r < QK_MAX_M; ++r) {
+                if (r < m) {
+                    const float t = qk_team_sum(acc[r]);
+                    if (lane == 0) y[(u64)r * n + cur_row] = rk_from_compute<I>(t);
+                    acc[r] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+// Blocks per stage: about 2-3 KiB of weights per team (measured on an H100, see quantized.md).
+#ifndef QS_SB_32
+#define QS_SB_32 128
+#endif
+#ifndef QS_SB_8
+#define QS_SB_8 64
+#endif
+#ifndef QS_SB_K
+#define QS_SB_K 16
+#endif
+
+// NVIDIA: at least QS_MIN_BLOCKS blocks per multiprocessor (the register budget follows).
+#if defined(__HIP_PLATFORM_NVIDIA__) && defined(QS_MIN_BLOCKS)
+#define QS_BOUNDS __launch_bounds__(QS_TEAMS * QK_TEAM, QS_MIN_BLOCKS)
+#else
+#define QS_BOUNDS __launch_bounds__(QS_TEAMS * QK_TEAM)
+#endif
+
+#define QS_MATVEC_KERNEL(QNAME, QTYPE, INAME, ITYPE, SB)                                         \
+    RK_KERNEL void QS_BOUNDS                                                                     \
+        qmatvec_s8_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,           \
+                                     ITYPE* y) {                                                 \
+        qs_matvec<QTYPE, ITYPE, SB>(m, n, k, w, x, y);                                           \
+    }
+#define QS_ALL(QNAME, QTYPE, SB)                                                                 \
+    QS_MATVEC_KERNEL(QNAME, QTYPE, f32, f32, SB)                                                 \
+    QS_MATVEC_KERNEL(QNAME, QTYPE, f16, f16, SB)                                                 \
+    QS_MATVEC_KERNEL(QNAME, QTYPE, bf16, bf16, SB)
+
 #ifndef QI_P_32
 #define QI_P_32 4
 #endif
@@ -1193,6 +1450,33 @@ QI_ALL(q5k, qi_q5k<QI_P_K>)
 QI_ALL(q6k, qi_q6k<16>)
 QI_ALL(q2k, qi_q2k<QI_P_K>)
 QI_ALL(q3k, qi_q3k<QI_P_K>)
+
+// Parts per block of the staged kernel (measured on an H100 with examples/tune_qmatvec.rs, see
+// quantized.md): a whole block per lane for the 32-element types, 8 parts for q4k, 4 for q5k
+// and q6k.
+#ifndef QS_P_32
+#define QS_P_32 1
+#endif
+#ifndef QS_P_K
+#define QS_P_K 8
+#endif
+#ifndef QS_P_Q5K
+#define QS_P_Q5K 4
+#endif
+#ifndef QS_P_Q6K
+#define QS_P_Q6K 4
+#endif
+QS_ALL(q4_0, qi_q4_0<QS_P_32>, QS_SB_32)
+QS_ALL(q4_1, qi_q4_1<QS_P_32>, QS_SB_32)
+QS_ALL(q5_0, qi_q5_0<QS_P_32>, QS_SB_32)
+QS_ALL(q5_1, qi_q5_1<QS_P_32>, QS_SB_32)
+QS_ALL(q8_0, qi_q8_0<QS_P_32>, QS_SB_8)
+QS_ALL(q8_1, qi_q8_1<QS_P_32>, QS_SB_8)
+QS_ALL(q4k, qi_q4k<QS_P_K>, QS_SB_K)
+QS_ALL(q5k, qi_q5k<QS_P_Q5K>, QS_SB_K)
+QS_ALL(q6k, qi_q6k<QS_P_Q6K>, QS_SB_K)
+QS_ALL(q2k, qi_q2k<QS_P_K>, 32)
+QS_ALL(q3k, qi_q3k<QS_P_K>, 24)
 
 #define QK_PLAIN_FROM(SNAME, STYPE)                                                              \
     QK_PLAIN_KERNEL(SNAME, STYPE, f32, f32)                                                      \

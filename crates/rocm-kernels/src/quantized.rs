@@ -26,7 +26,10 @@ use crate::error::Result;
 use crate::indexing::IndexErrorFlag;
 
 mod int_matvec;
-pub use int_matvec::{matvec_int, matvec_int_rounded, matvec_int_scratch, quantize_activations};
+pub use int_matvec::{
+    matvec_int, matvec_int_rounded, matvec_int_scratch, matvec_int_staged, matvec_int_staged_fits,
+    matvec_int_staged_shared_bytes, quantize_activations,
+};
 
 /// Why other dtypes are refused.
 const FLOAT_REASON: &str = "quantized kernels take and produce f32, f16 or bf16";

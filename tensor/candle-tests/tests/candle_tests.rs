@@ -106,9 +106,10 @@ fn create_device() -> Result<candle_core::Device> {
             let kind = match env_value(QMATVEC_VAR)?.as_deref() {
                 None | Some("float") => QuantizedMatvec::FloatActivations,
                 Some("int8") => QuantizedMatvec::Int8Activations,
+                Some("int8-rounded-once") => QuantizedMatvec::Int8RoundedOnce,
                 Some(other) => {
                     return Err(Error::Msg(format!(
-                        "{QMATVEC_VAR}={other:?}: expected `float` or `int8`"
+                        "{QMATVEC_VAR}={other:?}: expected `float`, `int8` or `int8-rounded-once`"
                     )))
                 }
             };

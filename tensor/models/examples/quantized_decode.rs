@@ -36,6 +36,8 @@ struct Args {
     tokens: usize,
     dtype: GgmlDType,
     output_dtype: GgmlDType,
+    /// The quantized matrix-vector kernel on ROCm (`--matvec int8|int8-rounded-once|float`).
+    matvec: candle_rocm::QuantizedMatvec,
     /// Decode steps to sample the host over (0: none).
     host_profile: usize,
 }
@@ -47,6 +49,7 @@ fn parse() -> Result<Args, String> {
         tokens: 64,
         dtype: GgmlDType::Q4K,
         output_dtype: GgmlDType::Q6K,
+        matvec: candle_rocm::QuantizedMatvec::default(),
         host_profile: 0,
     };
     let mut it = std::env::args().skip(1);
@@ -58,6 +61,18 @@ fn parse() -> Result<Args, String> {
             "--tokens" => a.tokens = v()?.parse().map_err(|e| format!("--tokens: {e}"))?,
             "--host-profile" => {
                 a.host_profile = v()?.parse().map_err(|e| format!("--host-profile: {e}"))?
+            }
+            "--matvec" => {
+                a.matvec = match v()?.as_str() {
+                    "int8" => candle_rocm::QuantizedMatvec::Int8Activations,
+                    "int8-rounded-once" => candle_rocm::QuantizedMatvec::Int8RoundedOnce,
+                    "float" => candle_rocm::QuantizedMatvec::FloatActivations,
+                    other => {
+                        return Err(format!(
+                            "--matvec {other}: expected int8, int8-rounded-once or float"
+                        ))
+                    }
+                }
             }
             "--dtype" => a.dtype = parse_ggml_dtype(&v()?).map_err(|e| e.to_string())?,
             "--output-dtype" => {
@@ -94,7 +109,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
     let device = match args.device.as_str() {
         "cpu" => Device::Cpu,
-        "rocm" => Device::new_rocm(0)?,
+        "rocm" => {
+            let device = Device::new_rocm(0)?;
+            device.as_rocm_device()?.set_quantized_matvec(args.matvec);
+            device
+        }
         other => return Err(format!("unknown device {other}").into()),
     };
     let cfg = RandomLlamaConfig {

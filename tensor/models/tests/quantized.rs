@@ -271,17 +271,19 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             .filter(|p| p.name.starts_with("softmax_"))
             .map(|p| p.launches)
             .sum::<u64>();
-        // The activations are rounded once per distinct input: q/k/v share one, gate/up one,
-        // then o, down and the output layer.
-        let rounding = profile
-            .iter()
-            .filter(|p| p.name.starts_with("quantize_q8x_"))
-            .map(|p| p.launches)
-            .sum::<u64>();
+        // Each matrix-vector product is one launch that rounds its activations itself (q, k,
+        // v, o, gate, up and down per layer, then the output layer): no rounding launches.
+        let count = |prefix: &str| {
+            profile
+                .iter()
+                .filter(|p| p.name.starts_with(prefix))
+                .map(|p| p.launches)
+                .sum::<u64>()
+        };
         assert_eq!(
-            rounding,
-            4 * cfg.num_layers as u64 + 1,
-            "head dim {d}: activation roundings, launches {profile:?}"
+            (count("quantize_q8x_"), count("qmatvec_s8_")),
+            (0, 7 * cfg.num_layers as u64 + 1),
+            "head dim {d}: one launch per product expected, launches {profile:?}"
         );
         // The KV cache is appended in place: one copy of the new k rows and one of the v rows
         // per layer (a `Tensor::cat` of the whole cache took two per tensor).

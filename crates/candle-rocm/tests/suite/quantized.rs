@@ -176,7 +176,7 @@ fn takes_int_matvec(dev: &RocmDevice, dtype: GgmlDType, m: usize) -> bool {
         dtype,
         GgmlDType::Q8K | GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
     );
-    m <= 8 && int_type && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
+    m <= 8 && int_type && dev.quantized_matvec().rounds_activations()
 }
 
 /// One matmul case: `x` of dims `(.., k)` in `dtype` with `layout`, against the weights.
@@ -285,9 +285,10 @@ fn matmul_matches_the_cpu_within_its_own_error() {
                             .unwrap()
                             .to_dtype(xdtype)
                             .unwrap();
-                    // Both matrix-vector kernels (the choice does not change m > 8).
+                    // Every matrix-vector kernel (the choice does not change m > 8).
                     for kind in [
                         QuantizedMatvec::FloatActivations,
+                        QuantizedMatvec::Int8RoundedOnce,
                         QuantizedMatvec::Int8Activations,
                     ] {
                         dev.set_quantized_matvec(kind);
@@ -358,6 +359,59 @@ fn matmul_matches_the_cpu_within_its_own_error() {
     }
 }
 
+/// The one-launch integer product over long rows: several stages per weight row with a partial
+/// last one (a stage holds 16 to 128 blocks), more rows than teams in flight, m = 1, 2 and 5,
+/// against the two-launch product and the f64 definition.
+#[test]
+#[ignore = "needs a GPU"]
+fn staged_matvec_matches_over_many_stages_and_rows() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    for dtype in block_types() {
+        if dtype == GgmlDType::Q8K {
+            continue;
+        }
+        // 137 (32-element) or 41 (256-element) blocks per row: 2 or 3 stages, the last partial.
+        let k = if dtype.block_size() == 32 {
+            137 * 32
+        } else {
+            41 * 256
+        };
+        let n = if dtype.block_size() == 32 { 4099 } else { 1031 };
+        let seed = case_seed(base_seed(), &["staged", &format!("{dtype:?}")]);
+        let (q, g) = quantized_pair(&dev, dtype, &[n, k], seed);
+        for (m, xdtype) in [(1usize, DType::F32), (2, DType::BF16), (5, DType::F16)] {
+            let x = Tensor::from_vec(random_f32(m * k, seed ^ m as u64), (m, k), &Device::Cpu)
+                .unwrap()
+                .to_dtype(xdtype)
+                .unwrap();
+            let storage = cpu_storage_of(&x);
+            let layout = Layout::contiguous((m, k));
+            let xs = dev.storage_from_cpu_storage(&storage).unwrap();
+            let mut outs = Vec::new();
+            for kind in [
+                QuantizedMatvec::Int8RoundedOnce,
+                QuantizedMatvec::Int8Activations,
+            ] {
+                dev.set_quantized_matvec(kind);
+                let label = format!("{dtype:?} ({n}, {k}) {xdtype:?} m={m} {kind:?}");
+                check_matmul(&dev, &label, &q, &g, &x, &layout, &storage);
+                let (out, _) = g.matmul_t(q.shape(), &xs, &layout).unwrap();
+                outs.push(values_f64(&out.to_cpu_storage().unwrap()));
+            }
+            // The same rounded activations and block products: only the summation order of
+            // the lanes' shares differs.
+            let scale = outs[0].iter().fold(0f64, |a, v| a.max(v.abs()));
+            let diff = max_abs_diff(&outs[0], &outs[1]);
+            assert!(
+                diff <= 1e-5 * scale + output_rounding(xdtype, scale),
+                "{dtype:?} m={m} {xdtype:?}: one launch and two launches differ by {diff:.3e} \
+                 (|y| up to {scale:.3})"
+            );
+        }
+    }
+    dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
+}
+
 /// The integer matrix-vector product keeps the last rounded activations for the next product of
 /// the same contents: reusing them gives bit-identical results to rounding afresh, and a write
 /// into the activations or a new buffer in the freed one's memory is never mistaken for them.
@@ -365,7 +419,7 @@ fn matmul_matches_the_cpu_within_its_own_error() {
 #[ignore = "needs a GPU"]
 fn rounded_activations_are_reused_only_for_the_same_contents() {
     let dev = RocmDevice::new(0).expect("opening GPU 0");
-    dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
+    dev.set_quantized_matvec(QuantizedMatvec::Int8RoundedOnce);
     let (n, k, m) = (37, 256, 3);
     let seed = case_seed(base_seed(), &["rounded activations"]);
     let (q1, g1) = quantized_pair(&dev, GgmlDType::Q4_0, &[n, k], seed);

@@ -214,3 +214,107 @@ pub fn matvec_int_rounded<I: KernelDType>(
     unsafe { builder.arg(&mut *y).launch()? };
     Ok(())
 }
+
+/// Teams of 32 lanes per block of the staged product (`QS_TEAMS`).
+const STAGED_TEAMS: u32 = 8;
+/// Blocks of the staged product launched per multiprocessor (the kernel loops over rows, so any
+/// count is correct): measured on an H100 with `examples/tune_qmatvec.rs` (quantized.md), 2
+/// for the types with the most bytes per element, 4 for the others.
+fn staged_blocks_per_multiprocessor(q: QuantType) -> usize {
+    match q {
+        QuantType::Q8_0 | QuantType::Q8_1 | QuantType::Q5K | QuantType::Q6K => 2,
+        _ => 4,
+    }
+}
+
+/// Weight blocks per stage of the staged product (`QS_SB_*` in `kernels/quantized.hip`).
+fn staged_stage_blocks(q: QuantType) -> usize {
+    match q {
+        QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0 | QuantType::Q5_1 => 128,
+        QuantType::Q8_0 | QuantType::Q8_1 => 64,
+        QuantType::Q2K => 32,
+        QuantType::Q3K => 24,
+        QuantType::Q4K | QuantType::Q5K | QuantType::Q6K | QuantType::Q8K => 16,
+    }
+}
+
+/// The dynamic shared memory of a staged product of `m` rows of `k` activations: the rounded
+/// activations (`m k` bytes and `m k / 32` f32 pairs) and one stage per team.
+pub fn matvec_int_staged_shared_bytes(q: QuantType, m: usize, k: usize) -> usize {
+    let activations = (m * k + m * (k / 32) * 8).div_ceil(16) * 16;
+    // A stage starts up to 14 bytes past a 16-byte boundary (`qs_stage::CAP`).
+    let stage = (staged_stage_blocks(q) * q.block_bytes() + 14).div_ceil(16) * 16;
+    activations + STAGED_TEAMS as usize * stage
+}
+
+/// Whether [`matvec_int_staged`] takes `m` rows of `k` activations times `q` weights on the
+/// stream's device: a type with an integer kernel and shared memory enough for a block.
+pub fn matvec_int_staged_fits(stream: &Stream, q: QuantType, m: usize, k: usize) -> bool {
+    q.has_int_matvec()
+        && (1..=super::MATVEC_MAX_ROWS).contains(&m)
+        && matvec_int_staged_shared_bytes(q, m, k)
+            <= stream.device().properties().shared_memory_per_block
+}
+
+/// The product of [`matvec_int`] (the same rounded activations and integer dot products) in
+/// one launch: each block rounds the activations into its shared memory, then streams whole
+/// weight rows with 16-byte loads. `x` and `w` 16-byte aligned, `x` and `y` contiguous;
+/// an error (nothing queued) where [`matvec_int_staged_fits`] says no.
+pub fn matvec_int_staged<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    x: &DeviceSlice<'_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    let op = "qmatvec (staged)";
+    check_float::<I>(op, FLOAT_REASON)?;
+    check_int_type(q)?;
+    check_matvec_shapes(op, q, w, (m, n, k), x.len(), y.len())?;
+    if matvec_is_trivial((n, k), y)? {
+        return Ok(());
+    }
+    if k % 32 != 0 {
+        return Err(layout_err(op, format!("k = {k} is not a multiple of 32")));
+    }
+    let shared = matvec_int_staged_shared_bytes(q, m, k);
+    let limit = stream.device().properties().shared_memory_per_block;
+    if shared > limit {
+        return Err(layout_err(
+            op,
+            format!(
+                "{m} rows of {k} {} activations need {shared} bytes of shared memory, a block \
+                 has {limit} (use matvec_int)",
+                I::NAME
+            ),
+        ));
+    }
+    check_aligned(op, "the weight blocks", w.device_ptr())?;
+    check_aligned(op, "the activations", x.device_ptr())?;
+    let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
+    let blocks = n
+        .div_ceil(STAGED_TEAMS as usize)
+        .min(sms * staged_blocks_per_multiprocessor(q));
+    let mut cfg = config_1d(op, "blocks", blocks, STAGED_TEAMS * 32)?;
+    cfg.shared_mem_bytes = u32_of(op, "shared bytes", shared)?;
+    let f = function(
+        stream,
+        MODULE,
+        &format!("qmatvec_s8_{}_{}", q.name(), I::NAME),
+    )?;
+    let builder = f
+        .builder(stream, cfg)
+        .arg(u32_arg(op, "m", m)?)
+        .arg(u32_arg(op, "n", n)?)
+        .arg(u32_arg(op, "k", k)?)
+        .arg(*w)
+        .arg(*x);
+    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const I* x, I* y): every block reads x[0 ..
+    // m k) (x holds m k elements, checked, 16-byte aligned), weight rows below n in 16-byte
+    // pieces no further than the last block's last byte (w holds n rows, checked), its shared
+    // memory within `shared` bytes (the size this launch gives), and writes y[r n + c] for
+    // r < m, c < n (y holds m n, checked).
+    unsafe { builder.arg(&mut *y).launch()? };
+    Ok(())
+}
