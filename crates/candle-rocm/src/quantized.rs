@@ -51,8 +51,8 @@ pub enum QuantizedMatvec {
     /// more faster; the error of the activations' rounding, like candle's CPU and CUDA paths),
     /// in one launch: each block of the kernel rounds the activations into its shared memory
     /// and streams the weights with 16-byte loads. Where the rounded rows do not fit a block's
-    /// shared memory, as [`QuantizedMatvec::Int8RoundedOnce`]. Q8K weights take the float
-    /// kernel.
+    /// shared memory, and for Q6K with more than one row (where it is slower), as
+    /// [`QuantizedMatvec::Int8RoundedOnce`]. Q8K weights take the float kernel.
     #[default]
     Int8Activations,
     /// The same products in two launches: the activations rounded by a launch of their own and
@@ -440,7 +440,7 @@ impl QRocmStorage {
                 let w = self.blocks.as_slice();
                 let kind = dev.quantized_matvec();
                 let staged = kind == QuantizedMatvec::Int8Activations
-                    && qk::matvec_int_staged_fits(dev.stream(), q, m, k);
+                    && qk::prefers_matvec_int_staged(dev.stream(), q, m, k);
                 if q.has_int_matvec() && staged {
                     qk::matvec_int_staged(
                         dev.stream(),

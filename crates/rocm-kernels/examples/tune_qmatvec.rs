@@ -82,8 +82,9 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("default", ""),
         ("parts2", "QS_P_32=2 QS_P_Q5K=8 QS_P_Q6K=8"),
         ("stage_half", "QS_SB_32=64 QS_SB_8=32 QS_SB_K=8"),
-        ("teams4", "QS_TEAMS=4"),
-        ("unroll2", "QS_UNROLL_PRAGMA=_Pragma(\"unroll~2\")"),
+        ("round_batch1", "QS_ROUND_BATCH=1"),
+        ("round_batch8", "QS_ROUND_BATCH=8"),
+        ("min_blocks3", "QS_MIN_BLOCKS=3"),
         ("min_blocks4", "QS_MIN_BLOCKS=4"),
     ]
 }
@@ -257,7 +258,8 @@ fn main() -> Result<(), Box<dyn Error>> {
                     continue;
                 }
             };
-            let f = module.function(&format!("qmatvec_s8_{}_f32", q.name()))?;
+            let rows = if m == 1 { "m1_" } else { "" };
+            let f = module.function(&format!("qmatvec_s8_{rows}{}_f32", q.name()))?;
             let teams = teams_of(defines);
             let a = f.attributes();
             println!(
@@ -273,7 +275,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 println!("{:5} {name}: {shared} shared bytes do not fit", q.name());
                 continue;
             }
-            for per_sm in [1usize, 2, 4, 8] {
+            for per_sm in [2usize, 3, 4, 8] {
                 let blocks = n.div_ceil(teams).min(per_sm * sms);
                 let cfg = LaunchConfig {
                     grid: [blocks as u32, 1, 1],

@@ -1223,7 +1223,8 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 // Staged integer matrix-vector products: one launch, weights streamed with 16-byte loads
 // ---------------------------------------------------------------------------------------------
 //
-// qmatvec_s8_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y)
+// qmatvec_s8_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y), and
+// qmatvec_s8_m1_{Q}_{I} (the same arguments, m = 1 only: the decode step's product)
 //     The product of qmatvec_i8 (the same rounded activations x', the same per-block integer
 //     dot products) in one launch: every block first rounds the m activation rows into its
 //     shared memory (as quantize_q8x would), then each team of 32 lanes owns whole weight rows
@@ -1238,6 +1239,10 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 //     the wrapper launches a few per multiprocessor). w is 16-byte aligned, x too.
 #ifndef QS_TEAMS
 #define QS_TEAMS 8
+#endif
+// Activation groups (of 4) each thread loads before rounding them.
+#ifndef QS_ROUND_BATCH
+#define QS_ROUND_BATCH 4
 #endif
 // One item of the stage loop at a time (measured: unrolling by 2 or 4 was slower).
 #ifndef QS_UNROLL_PRAGMA
@@ -1277,9 +1282,12 @@ template <typename Q, int SB> struct qs_stage {
     enum { CAP = (SB * Q::BYTES + 14 + 15) / 16 * 16, PIECES = CAP / 16, LOADS = (PIECES + QK_TEAM - 1) / QK_TEAM };
 };
 
-template <typename Q, typename I, int SB>
+// MAXM: the most activation rows the instantiation takes (1 for the decode kernels, whose
+// loops and addresses then serve one row only; QK_MAX_M otherwise).
+template <typename Q, typename I, int SB, int MAXM>
 __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y) {
     typedef qs_stage<Q, SB> S;
+    if (MAXM == 1) m = 1;
     extern __shared__ __attribute__((aligned(16))) u8 qs_smem[];
     const int lane = (int)(threadIdx.x % QK_TEAM), team = (int)(threadIdx.x / QK_TEAM);
     signed char* aq = (signed char*)qs_smem;
@@ -1297,39 +1305,57 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     auto fetch = [&](u32 row, u32 s) {
         const u8* start = w + (u64)row * row_bytes + (u64)s * SB * Q::BYTES;
         const u32 len = min((u32)SB, bpr - s * SB) * Q::BYTES;
-        const u8* a = (const u8*)((u64)start & ~(u64)15);
-        pre_off = (u32)(start - a);
+        // Pointer arithmetic (not an integer round trip), so that the compiler keeps the
+        // weights' address space.
+        pre_off = (u32)((u64)start & 15);
+        const u8* a = start - pre_off;
         pre_pieces = (pre_off + len + 15) / 16;
+        if (a + 16 * pre_pieces <= w_end) {
 #pragma unroll
-        for (int j = 0; j < S::LOADS; ++j) {
-            const u32 i = (u32)lane + QK_TEAM * j;
-            if (i < pre_pieces) pre[j] = qs_load16(a + 16 * i, w_end);
+            for (int j = 0; j < S::LOADS; ++j) {
+                const u32 i = (u32)lane + QK_TEAM * j;
+                if (i < pre_pieces) pre[j] = *(const uint4*)(a + 16 * i);
+            }
+        } else {  // the weights' last stage: its last piece may end before 16 bytes
+#pragma unroll
+            for (int j = 0; j < S::LOADS; ++j) {
+                const u32 i = (u32)lane + QK_TEAM * j;
+                if (i < pre_pieces) pre[j] = qs_load16(a + 16 * i, w_end);
+            }
         }
     };
     u32 row = blockIdx.x * QS_TEAMS + team, s = 0;
     if (row < n) fetch(row, 0);
 
     // The activations, rounded into shared memory by the whole block (every lane runs every
-    // iteration: the rounding's shuffles need whole 8-lane groups).
+    // iteration: the rounding's shuffles need whole 8-lane groups). QS_ROUND_BATCH groups per
+    // thread are loaded before any is rounded, so that their loads are in flight together.
     const u32 groups = m * k / 4;
-    for (u32 g0 = 0; g0 < groups; g0 += blockDim.x) {
-        const u32 g = g0 + threadIdx.x;
-        const bool live = g < groups;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (live) qi_load4(x + (u64)g * 4, v);
-        int packed;
-        float2 f;
-        qi_round4(v, packed, f);
-        if (live) {
-            ((int*)aq)[g] = packed;
-            if ((g & 7) == 0) ads[g / 8] = f;
+    for (u32 g0 = 0; g0 < groups; g0 += QS_ROUND_BATCH * blockDim.x) {
+        float v[QS_ROUND_BATCH][4];
+#pragma unroll
+        for (int b = 0; b < QS_ROUND_BATCH; ++b) {
+            const u32 g = g0 + b * blockDim.x + threadIdx.x;
+            v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
+            if (g < groups) qi_load4(x + (u64)g * 4, v[b]);
+        }
+#pragma unroll
+        for (int b = 0; b < QS_ROUND_BATCH; ++b) {
+            const u32 g = g0 + b * blockDim.x + threadIdx.x;
+            int packed;
+            float2 f;
+            qi_round4(v[b], packed, f);
+            if (g < groups) {
+                ((int*)aq)[g] = packed;
+                if ((g & 7) == 0) ads[g / 8] = f;
+            }
         }
     }
     __syncthreads();
 
-    float acc[QK_MAX_M];
+    float acc[MAXM];
 #pragma unroll
-    for (int r = 0; r < QK_MAX_M; ++r) acc[r] = 0.0f;
+    for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
     while (row < n) {
         qs_team_sync();  // the previous stage's readers are done
 #pragma unroll
@@ -1353,7 +1379,7 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
             typename Q::W wv;
             Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
 #pragma unroll
-            for (u32 r = 0; r < QK_MAX_M; ++r) {
+            for (u32 r = 0; r < MAXM; ++r) {
                 if (r < m) {
                     const signed char* q = aq + r * k + (blk0 + blk) * Q::QK;
                     const float2* ds = ads + r * (k / 32) + (blk0 + blk) * (Q::QK / 32);
@@ -1363,7 +1389,7 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
         }
         if (cur_s == stages - 1) {
 #pragma unroll
-            for (u32 r = 0; r < QK_MAX_M; ++r) {
+            for (u32 r = 0; r < MAXM; ++r) {
                 if (r < m) {
                     const float t = qk_team_sum(acc[r]);
                     if (lane == 0) y[(u64)r * n + cur_row] = rk_from_compute<I>(t);
@@ -1396,7 +1422,12 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,           \
                                      ITYPE* y) {                                                 \
-        qs_matvec<QTYPE, ITYPE, SB>(m, n, k, w, x, y);                                           \
+        qs_matvec<QTYPE, ITYPE, SB, QK_MAX_M>(m, n, k, w, x, y);                                 \
+    }                                                                                            \
+    RK_KERNEL void QS_BOUNDS                                                                     \
+        qmatvec_s8_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,        \
+                                        ITYPE* y) {                                              \
+        qs_matvec<QTYPE, ITYPE, SB, 1>(m, n, k, w, x, y);                                        \
     }
 #define QS_ALL(QNAME, QTYPE, SB)                                                                 \
     QS_MATVEC_KERNEL(QNAME, QTYPE, f32, f32, SB)                                                 \

@@ -219,10 +219,10 @@ pub fn matvec_int_rounded<I: KernelDType>(
 const STAGED_TEAMS: u32 = 8;
 /// Blocks of the staged product launched per multiprocessor (the kernel loops over rows, so any
 /// count is correct): measured on an H100 with `examples/tune_qmatvec.rs` (quantized.md), 2
-/// for the types with the most bytes per element, 4 for the others.
+/// for Q5K and Q6K (whose kernels hold the most registers), 4 for the others.
 fn staged_blocks_per_multiprocessor(q: QuantType) -> usize {
     match q {
-        QuantType::Q8_0 | QuantType::Q8_1 | QuantType::Q5K | QuantType::Q6K => 2,
+        QuantType::Q5K | QuantType::Q6K => 2,
         _ => 4,
     }
 }
@@ -254,6 +254,13 @@ pub fn matvec_int_staged_fits(stream: &Stream, q: QuantType, m: usize, k: usize)
         && (1..=super::MATVEC_MAX_ROWS).contains(&m)
         && matvec_int_staged_shared_bytes(q, m, k)
             <= stream.device().properties().shared_memory_per_block
+}
+
+/// Whether [`matvec_int_staged`] is the faster integer product for this case: where it fits,
+/// except Q6K with more than one activation row (measured on an H100: its general kernel at
+/// m = 2 read 30% of the copy bandwidth against the two-launch product's 44%).
+pub fn prefers_matvec_int_staged(stream: &Stream, q: QuantType, m: usize, k: usize) -> bool {
+    matvec_int_staged_fits(stream, q, m, k) && !(q == QuantType::Q6K && m > 1)
 }
 
 /// The product of [`matvec_int`] (the same rounded activations and integer dot products) in
@@ -298,10 +305,12 @@ pub fn matvec_int_staged<I: KernelDType>(
         .min(sms * staged_blocks_per_multiprocessor(q));
     let mut cfg = config_1d(op, "blocks", blocks, STAGED_TEAMS * 32)?;
     cfg.shared_mem_bytes = u32_of(op, "shared bytes", shared)?;
+    // One activation row (a decode step) takes the kernel specialised for it.
+    let rows = if m == 1 { "m1_" } else { "" };
     let f = function(
         stream,
         MODULE,
-        &format!("qmatvec_s8_{}_{}", q.name(), I::NAME),
+        &format!("qmatvec_s8_{rows}{}_{}", q.name(), I::NAME),
     )?;
     let builder = f
         .builder(stream, cfg)
