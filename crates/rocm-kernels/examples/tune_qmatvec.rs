@@ -81,9 +81,9 @@ fn configs() -> Vec<(&'static str, &'static str)> {
     vec![
         ("default", ""),
         ("parts2", "QS_P_32=2 QS_P_Q5K=8 QS_P_Q6K=8"),
+        ("q6k_parts16", "QS_P_Q6K=16"),
         ("stage_half", "QS_SB_32=64 QS_SB_8=32 QS_SB_K=8"),
-        ("round_batch1", "QS_ROUND_BATCH=1"),
-        ("round_batch8", "QS_ROUND_BATCH=8"),
+        ("stage_double", "QS_SB_32=256 QS_SB_8=128 QS_SB_K=32"),
         ("min_blocks3", "QS_MIN_BLOCKS=3"),
         ("min_blocks4", "QS_MIN_BLOCKS=4"),
     ]

@@ -218,10 +218,11 @@ pub fn matvec_int_rounded<I: KernelDType>(
 /// Teams of 32 lanes per block of the staged product (`QS_TEAMS`).
 const STAGED_TEAMS: u32 = 8;
 /// Blocks of the staged product launched per multiprocessor (the kernel loops over rows, so any
-/// count is correct): measured on an H100 with `examples/tune_qmatvec.rs` (quantized.md), 2
-/// for Q5K and Q6K (whose kernels hold the most registers), 4 for the others.
-fn staged_blocks_per_multiprocessor(q: QuantType) -> usize {
+/// count is correct): measured on an H100 with `examples/tune_qmatvec.rs` (quantized.md), 2 for
+/// one activation row (the `m1` kernels) and for Q5K and Q6K, 4 for the others.
+fn staged_blocks_per_multiprocessor(q: QuantType, m: usize) -> usize {
     match q {
+        _ if m == 1 => 2,
         QuantType::Q5K | QuantType::Q6K => 2,
         _ => 4,
     }
@@ -302,7 +303,7 @@ pub fn matvec_int_staged<I: KernelDType>(
     let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
     let blocks = n
         .div_ceil(STAGED_TEAMS as usize)
-        .min(sms * staged_blocks_per_multiprocessor(q));
+        .min(sms * staged_blocks_per_multiprocessor(q, m));
     let mut cfg = config_1d(op, "blocks", blocks, STAGED_TEAMS * 32)?;
     cfg.shared_mem_bytes = u32_of(op, "shared bytes", shared)?;
     // One activation row (a decode step) takes the kernel specialised for it.
