@@ -439,9 +439,10 @@ impl QRocmStorage {
                 };
                 let w = self.blocks.as_slice();
                 let kind = dev.quantized_matvec();
-                let staged = kind == QuantizedMatvec::Int8Activations
-                    && qk::prefers_matvec_int_staged(dev.stream(), q, m, k);
-                if q.has_int_matvec() && staged {
+                // `prefers_matvec_int_staged` is false for types without an integer kernel.
+                if kind == QuantizedMatvec::Int8Activations
+                    && qk::prefers_matvec_int_staged(dev.stream(), q, m, k)
+                {
                     qk::matvec_int_staged(
                         dev.stream(),
                         q,

@@ -221,10 +221,10 @@ const STAGED_TEAMS: u32 = 8;
 /// count is correct): measured on an H100 with `examples/tune_qmatvec.rs` (quantized.md), 2 for
 /// one activation row (the `m1` kernels) and for Q5K and Q6K, 4 for the others.
 fn staged_blocks_per_multiprocessor(q: QuantType, m: usize) -> usize {
-    match q {
-        _ if m == 1 => 2,
-        QuantType::Q5K | QuantType::Q6K => 2,
-        _ => 4,
+    if m == 1 || matches!(q, QuantType::Q5K | QuantType::Q6K) {
+        2
+    } else {
+        4
     }
 }
 
@@ -283,12 +283,10 @@ pub fn matvec_int_staged<I: KernelDType>(
     if matvec_is_trivial((n, k), y)? {
         return Ok(());
     }
-    if k % 32 != 0 {
-        return Err(layout_err(op, format!("k = {k} is not a multiple of 32")));
-    }
+    // k is a whole number of blocks (checked above), so a multiple of 32.
     let shared = matvec_int_staged_shared_bytes(q, m, k);
-    let limit = stream.device().properties().shared_memory_per_block;
-    if shared > limit {
+    if !matvec_int_staged_fits(stream, q, m, k) {
+        let limit = stream.device().properties().shared_memory_per_block;
         return Err(layout_err(
             op,
             format!(
