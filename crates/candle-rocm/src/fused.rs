@@ -1,12 +1,12 @@
-//! Fused ops for candle-nn's custom ops (softmax over the last dim, rms_norm, layer_norm, rope /
-//! rope_i / rope_thd), callable on [`RocmStorage`]: until the Tensor issue's hook routes
+//! Fused ops for candle-nn's custom ops (softmax over the last dim, rms_norm, add_rms_norm,
+//! swiglu, layer_norm, rope / rope_i / rope_thd), callable on [`RocmStorage`]: until the Tensor issue's hook routes
 //! candle-nn's custom ops here, these are the storage-level entry points. Float dtypes (bf16,
 //! f16, f32, f64); inputs must be contiguous (as candle-nn's own GPU versions require). Also
 //! candle-core's `arg_sort_last_dim` custom op ([`RocmStorage::arg_sort_last_dim`], every
 //! kernel dtype).
 
 use candle_core::backend::BackendStorage;
-use candle_core::{DType, Layout, Result};
+use candle_core::{DType, Layout, Result, Shape};
 use hip_core::{DeviceBuffer, DeviceSlice};
 use rocm_kernels::nn::RopeKind;
 use rocm_kernels::KernelDType;
@@ -137,6 +137,91 @@ impl RocmStorage {
             .map(|()| out)
         });
         Ok(RocmStorage::new(slice, dev.clone()))
+    }
+
+    /// A residual add and the rms_norm of the sum (candle-nn's `add_rms_norm`): `x` and
+    /// `residual` of one shape `s`, `alpha` of the last dim; the result has shape `(2, s...)`,
+    /// the sum (rounded to the dtype, as `add`) then its norm.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_rms_norm(
+        &self,
+        layout: &Layout,
+        residual: &Self,
+        residual_layout: &Layout,
+        alpha: &Self,
+        alpha_layout: &Layout,
+        eps: f32,
+    ) -> Result<(Self, Shape)> {
+        const OP: &str = "add_rms_norm";
+        if layout.shape() != residual_layout.shape() {
+            return Err(RocmError::layout(
+                OP,
+                format!(
+                    "x has shape {:?} but the residual {:?}",
+                    layout.dims(),
+                    residual_layout.dims()
+                ),
+            )
+            .into());
+        }
+        let (rows, cols) = rows_cols(OP, layout)?;
+        if alpha_layout.dims() != [cols] {
+            return Err(RocmError::layout(
+                OP,
+                format!("alpha has shape {:?}, not [{cols}]", alpha_layout.dims()),
+            )
+            .into());
+        }
+        let dev = self.device();
+        let slice = float_op!(OP, self, [residual, alpha], |x, r, a| {
+            let src = contiguous(OP, x, layout)?;
+            let res = contiguous(OP, r, residual_layout)?;
+            let alpha = contiguous(OP, a, alpha_layout)?;
+            let mut out = dev.alloc(OP, 2 * rows * cols)?;
+            rocm_kernels::nn::add_rms_norm(
+                dev.stream(),
+                &src,
+                &res,
+                &alpha,
+                &mut out.as_mut_slice(),
+                rows,
+                cols,
+                eps,
+            )
+            .map_err(kernel_err(OP))
+            .map(|()| out)
+        });
+        let mut dims = vec![2];
+        dims.extend_from_slice(layout.dims());
+        Ok((RocmStorage::new(slice, dev.clone()), Shape::from(dims)))
+    }
+
+    /// candle-nn's `swiglu`: `silu(x[.., :h]) * x[.., h:]` for an even last dim `2h`; the
+    /// result's last dim is `h`.
+    pub fn swiglu(&self, layout: &Layout) -> Result<(Self, Shape)> {
+        const OP: &str = "swiglu";
+        let (rows, cols) = rows_cols(OP, layout)?;
+        if cols % 2 != 0 {
+            return Err(RocmError::layout(
+                OP,
+                format!("the last dim ({cols}) must be even: two halves"),
+            )
+            .into());
+        }
+        let half = cols / 2;
+        let dev = self.device();
+        let slice = float_op!(OP, self, [], |x| {
+            let src = contiguous(OP, x, layout)?;
+            let mut out = dev.alloc(OP, rows * half)?;
+            rocm_kernels::nn::swiglu(dev.stream(), &src, &mut out.as_mut_slice(), rows, half)
+                .map_err(kernel_err(OP))
+                .map(|()| out)
+        });
+        let mut dims = layout.dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = half;
+        }
+        Ok((RocmStorage::new(slice, dev.clone()), Shape::from(dims)))
     }
 
     /// Layer norm over the last dim with `[cols]` scale and shift (candle-nn's `layer_norm`).

@@ -189,6 +189,12 @@ impl ExtBackendStorage for RocmStorage {
                 let (a, al) = operand(1)?;
                 x.rms_norm(l, a, al, eps)?
             }
+            FusedOp::AddRmsNorm { eps } => {
+                let (r, rl) = operand(1)?;
+                let (a, al) = operand(2)?;
+                return x.add_rms_norm(l, r, rl, a, al, eps);
+            }
+            FusedOp::SwiGlu => return x.swiglu(l),
             FusedOp::LayerNorm { eps } => {
                 let (a, al) = operand(1)?;
                 let (b, bl) = operand(2)?;

@@ -2004,7 +2004,8 @@ fn run_reduce(ctx: &mut Ctx) {
     }
 }
 
-// ---- fused ops (RocmStorage's softmax_last_dim, rms_norm, layer_norm, rope) --------------
+// ---- fused ops (RocmStorage's softmax_last_dim, rms_norm, add_rms_norm, swiglu, layer_norm,
+// rope) ------------------------------------------------------------------------------------
 //
 // candle-core's CPU backend has no storage-level version of these (they are candle-nn custom
 // ops), so the oracle is the published definition evaluated in f64 on the CPU from the very
@@ -2183,6 +2184,93 @@ fn judge_fused(
     })
 }
 
+/// add_rms_norm: the sum `x + r` rounded to the dtype, then its rms_norm; the result stacks
+/// both (`(2, shape...)`). The residual is contiguous, x takes the case's layout.
+fn run_add_rms_norm(ctx: &mut Ctx, dtype: DType, eps: f32) {
+    let (row, col) = ("add_rms_norm", dtype.as_str());
+    for case in fused_row_cases() {
+        let expect = fused_expect(dtype, &case.layout);
+        if !dtype.is_float() && case.name != "odd rows" {
+            continue;
+        }
+        let seed = case_seed(ctx.base, &[row, col, case.name]);
+        let mut rng = Rng::new(seed);
+        let (_, cols) = rows_cols(&case.layout);
+        let n = case.layout.shape().elem_count();
+        let x = gen(dtype, needed_len(&case.layout), Dist::General, &mut rng);
+        let r = gen(dtype, n, Dist::General, &mut rng);
+        let alpha = gen(dtype, cols, Dist::General, &mut rng);
+        let (rl, al) = (
+            Layout::contiguous(case.layout.shape()),
+            Layout::contiguous(cols),
+        );
+        let (gx, gr, ga) = (ctx.upload(&x), ctx.upload(&r), ctx.upload(&alpha));
+        ctx.poison(2 * n * dtype.size_in_bytes());
+        let gpu = gpu_result(
+            gx.add_rms_norm(&case.layout, &gr, &rl, &ga, &al, eps)
+                .map(|(s, _)| s),
+        );
+        let want = (expect == Expect::Pass).then(|| {
+            let xv = logical_values(&x, &case.layout);
+            let sum: Vec<f64> = xv.iter().zip(values_f64(&r)).map(|(a, b)| a + b).collect();
+            let sum = values_f64(&storage_from_f64(dtype, &sum));
+            let normed = rms_norm_ref(&sum, &values_f64(&alpha), eps as f64);
+            sum.into_iter().chain(normed).collect()
+        });
+        let outcome = judge_fused(expect, gpu, want, dtype, true);
+        ctx.matrix.record(row, col, case.name, seed, outcome);
+    }
+}
+
+/// swiglu inputs: even last dims, then an odd one and a transposed one (typed errors).
+fn swiglu_cases() -> Vec<Case> {
+    vec![
+        c("one pair", contiguous((1, 2))),
+        c("rows", contiguous((3, 34))),
+        c("rank3 with offset", with_offset((2, 3, 66), 5)),
+        c("decode row", contiguous((1, 1, 28672))),
+        c("many rows", contiguous((300, 130))),
+        c("odd last dim", contiguous((3, 17))),
+        c("transposed", Layout::contiguous((16, 3)).transpose(0, 1)),
+    ]
+}
+
+/// swiglu: `silu(a)` rounded to the dtype (as candle's `silu(a) * b`), times `b`.
+fn run_swiglu(ctx: &mut Ctx, dtype: DType) {
+    let (row, col) = ("swiglu", dtype.as_str());
+    for case in swiglu_cases() {
+        let (rows, cols) = rows_cols(&case.layout);
+        let expect = if cols % 2 == 0 {
+            fused_expect(dtype, &case.layout)
+        } else {
+            Expect::TypedError
+        };
+        if !dtype.is_float() && case.name != "rows" {
+            continue;
+        }
+        let seed = case_seed(ctx.base, &[row, col, case.name]);
+        let mut rng = Rng::new(seed);
+        let x = gen(dtype, needed_len(&case.layout), Dist::General, &mut rng);
+        let gx = ctx.upload(&x);
+        ctx.poison(case.layout.shape().elem_count() / 2 * dtype.size_in_bytes());
+        let gpu = gpu_result(gx.swiglu(&case.layout).map(|(s, _)| s));
+        let want = (expect == Expect::Pass).then(|| {
+            let xv = logical_values(&x, &case.layout);
+            let half = cols / 2;
+            let silu: Vec<f64> = (0..rows * half)
+                .map(|i| xv[(i / half) * cols + i % half])
+                .map(|a| a / (1.0 + (-a).exp()))
+                .collect();
+            let silu = values_f64(&storage_from_f64(dtype, &silu));
+            (0..rows * half)
+                .map(|i| silu[i] * xv[(i / half) * cols + half + i % half])
+                .collect()
+        });
+        let outcome = judge_fused(expect, gpu, want, dtype, false);
+        ctx.matrix.record(row, col, case.name, seed, outcome);
+    }
+}
+
 fn run_fused(ctx: &mut Ctx) {
     let eps = 1e-5f32;
     for dtype in storage_dtypes() {
@@ -2222,6 +2310,8 @@ fn run_fused(ctx: &mut Ctx) {
                 ctx.matrix.record(row, col, case.name, seed, outcome);
             }
         }
+        run_add_rms_norm(ctx, dtype, eps);
+        run_swiglu(ctx, dtype);
         for kind in [RopeKind::Rope, RopeKind::Interleaved, RopeKind::Thd] {
             let row = kind.name();
             for case in rope_cases() {

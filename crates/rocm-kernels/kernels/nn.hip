@@ -3,6 +3,9 @@
 //   softmax_{T}(x, out, rows, cols): softmax over each row of `cols` elements (softmax_short_{T}:
 //       the same for rows of at most 4 elements per thread);
 //   rms_norm_{T}(x, alpha, out, rows, cols, eps): x * (1 / sqrt(mean(x^2) + eps)) * alpha;
+//   add_rms_norm_{T}(x, r, alpha, sum_out, rows, cols, eps): sum = x + r (rounded to T), then
+//       out = rms_norm(sum) as above; sum_out holds sum then out (2 * rows * cols elements);
+//   swiglu_{T}(x, out, rows, half): silu(first half of each row) * second half;
 //   layer_norm_{T}(x, alpha, beta, out, rows, cols, eps):
 //       (x - mean) / sqrt(var + eps) * alpha + beta (biased variance);
 //   rope_{T}, rope_i_{T}, rope_thd_{T}(b, h_or_t, t_or_h, d, cs_stride_b, src, cos, sin, dst):
@@ -171,9 +174,13 @@ __device__ __forceinline__ void nn_softmax_cached(const T* x, T* out, u64 rows, 
 // division per element was the bottleneck on (4096, 4096) f32 (57.9 vs 51.2 µs on an H100, alpha
 // held in registers); without it, 16-byte groups win too (H200: 38.0 µs, against 50.1 µs with
 // divisions and one-element groups, 52.5 µs with divisions and 16-byte groups).
+//
+// With a residual `r` (add_rms_norm), the row is first x + r rounded to T, which is written to
+// `sum` and then normalised (candle's `x + r` followed by rms_norm, in one pass).
 template <typename T, int G, int N>
-__device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T* out, u64 rows,
-                                                   u32 cols, float eps) {
+__device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* r, T* sum,
+                                                   const T* alpha, T* out, u64 rows, u32 cols,
+                                                   float eps) {
     typedef typename rk_compute<T>::type C;
     const u32 tid = threadIdx.x, bd = blockDim.x;
     for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
@@ -185,6 +192,14 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* alpha, T
             const u32 c0 = nn_col<G>(k, tid, bd);
             if (c0 < cols) {
                 nn_group<T, G>::load(xr, c0, &v[k]);
+                if (r != nullptr) {
+                    C w[G];
+                    nn_group<T, G>::load(r + row * cols, c0, w);
+#pragma unroll
+                    for (int j = 0; j < G; ++j)
+                        v[k + j] = rk_to_compute(rk_from_compute<T>(v[k + j] + w[j]));
+                    nn_group<T, G>::store(sum + row * cols, c0, &v[k]);
+                }
             } else {
 #pragma unroll
                 for (int j = 0; j < G; ++j) v[k + j] = (C)0;
@@ -298,15 +313,16 @@ __device__ __forceinline__ void nn_softmax(const T* x, T* out, u64 rows, u64 col
     }
 }
 
+// `r` and `sum` null: rms_norm; otherwise add_rms_norm (see nn_rms_norm_cached).
 template <typename T>
-__device__ __forceinline__ void nn_rms_norm(const T* x, const T* alpha, T* out, u64 rows,
-                                            u64 cols, float eps) {
+__device__ __forceinline__ void nn_rms_norm(const T* x, const T* r, T* sum, const T* alpha,
+                                            T* out, u64 rows, u64 cols, float eps) {
     typedef typename rk_compute<T>::type C;
     if (cols <= (u64)NN_CACHE * blockDim.x) {
-        if (nn_vec4<T>((u32)cols, x, alpha, out))
-            nn_rms_norm_cached<T, 4, NN_CACHE>(x, alpha, out, rows, (u32)cols, eps);
+        if (nn_vec4<T>((u32)cols, x, alpha, out) && nn_vec4<T>((u32)cols, r, sum, out))
+            nn_rms_norm_cached<T, 4, NN_CACHE>(x, r, sum, alpha, out, rows, (u32)cols, eps);
         else
-            nn_rms_norm_cached<T, 1, NN_CACHE>(x, alpha, out, rows, (u32)cols, eps);
+            nn_rms_norm_cached<T, 1, NN_CACHE>(x, r, sum, alpha, out, rows, (u32)cols, eps);
         return;
     }
     for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
@@ -314,13 +330,37 @@ __device__ __forceinline__ void nn_rms_norm(const T* x, const T* alpha, T* out, 
         T* outr = out + row * cols;
         C s2 = (C)0;
         for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
-            const C v = rk_to_compute(xr[c]);
+            C v = rk_to_compute(xr[c]);
+            if (r != nullptr) {
+                const T t = rk_from_compute<T>(v + rk_to_compute(r[row * cols + c]));
+                sum[row * cols + c] = t;
+                v = rk_to_compute(t);
+            }
             s2 += v * v;
         }
         s2 = nn_block_allreduce(s2, nn_add());
         const C inv = (C)1 / rk_sqrt(s2 / (C)cols + (C)eps);
+        // With a residual, each thread reads back the sums it wrote itself (same columns).
+        const T* yr = r != nullptr ? sum + row * cols : xr;
         for (u64 c = threadIdx.x; c < cols; c += blockDim.x)
-            outr[c] = rk_from_compute<T>(rk_to_compute(xr[c]) * inv * rk_to_compute(alpha[c]));
+            outr[c] = rk_from_compute<T>(rk_to_compute(yr[c]) * inv * rk_to_compute(alpha[c]));
+    }
+}
+
+// silu(x[.., j]) * x[.., half + j] for each row of 2 * half elements (candle-nn's `swiglu`:
+// the first half gated by the second), into rows of `half`. silu's result is rounded to T
+// before the product, as candle's `silu(a) * b` does, so the results are the same bits.
+template <typename T>
+__device__ __forceinline__ void nn_swiglu(const T* x, T* out, u64 rows, u64 half) {
+    typedef typename rk_compute<T>::type C;
+    const u64 n = rows * half;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (u64)gridDim.x * blockDim.x) {
+        const u64 row = i / half, j = i - row * half;
+        const C a = rk_to_compute(x[row * 2 * half + j]);
+        const C b = rk_to_compute(x[row * 2 * half + half + j]);
+        const C silu = rk_to_compute(rk_from_compute<T>(a / ((C)1 + rk_exp(-a))));
+        out[i] = rk_from_compute<T>(silu * b);
     }
 }
 
@@ -425,7 +465,14 @@ __device__ __forceinline__ void nn_rope(u64 b, u64 n1, u64 n2, u64 d, u64 cs_str
     }                                                                                          \
     RK_KERNEL void rms_norm_##T(const T* x, const T* alpha, T* out, u64 rows, u64 cols,        \
                                 float eps) {                                                   \
-        nn_rms_norm<T>(x, alpha, out, rows, cols, eps);                                        \
+        nn_rms_norm<T>(x, nullptr, nullptr, alpha, out, rows, cols, eps);                      \
+    }                                                                                          \
+    RK_KERNEL void add_rms_norm_##T(const T* x, const T* r, const T* alpha, T* sum_out,       \
+                                    u64 rows, u64 cols, float eps) {                           \
+        nn_rms_norm<T>(x, r, sum_out, alpha, sum_out + rows * cols, rows, cols, eps);          \
+    }                                                                                          \
+    RK_KERNEL void swiglu_##T(const T* x, T* out, u64 rows, u64 half) {                        \
+        nn_swiglu<T>(x, out, rows, half);                                                      \
     }                                                                                          \
     RK_KERNEL void layer_norm_##T(const T* x, const T* alpha, const T* beta, T* out, u64 rows, \
                                   u64 cols, float eps) {                                       \

@@ -1,5 +1,6 @@
 //! Typed launch wrappers for the `nn` kernel family: candle-nn 0.11's fused ops `softmax_last_dim`,
-//! `rms_norm`, `layer_norm`, `rope`, `rope_i` and `rope_thd`, for the float dtypes (bf16, f16,
+//! `rms_norm`, `layer_norm`, `rope`, `rope_i`, `rope_thd` and `swiglu`, plus `add_rms_norm` (a
+//! residual add fused with the next rms_norm), for the float dtypes (bf16, f16,
 //! f32, f64; other dtypes are [`Error::Unsupported`]).
 //!
 //! Operands are contiguous [`DeviceSlice`]s starting at the layout's start offset (candle-nn
@@ -228,6 +229,91 @@ pub fn rms_norm<T: KernelDType>(
         .arg(cols as u64)
         .arg(eps)
         .launch()?;
+    }
+    Ok(())
+}
+
+/// Residual add and RMS norm in one pass (a pre-norm transformer's `x + residual` followed by the
+/// next `rms_norm`), over contiguous `[rows, cols]` operands: `dst` holds `2 * rows * cols`
+/// elements, first `sum = src + residual` (rounded to `T`, as candle's `add`), then
+/// `sum / sqrt(mean(sum^2) + eps) * alpha`.
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm<T: KernelDType>(
+    stream: &Stream,
+    src: &DeviceSlice<'_, T>,
+    residual: &DeviceSlice<'_, T>,
+    alpha: &DeviceSlice<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+    rows: usize,
+    cols: usize,
+    eps: f32,
+) -> Result<()> {
+    const OP: &str = "add_rms_norm";
+    float_only::<T>(OP)?;
+    let n = checked_mul(OP, rows, cols)?;
+    check_len(OP, "the input", src.len(), n)?;
+    check_len(OP, "the residual", residual.len(), n)?;
+    check_dst(OP, dst.len(), checked_mul(OP, n, 2)?)?;
+    check_len(OP, "alpha", alpha.len(), cols)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let f = crate::modules::function(&stream.device(), "nn", &format!("add_rms_norm_{}", T::NAME))?;
+    // SAFETY: the kernel takes (const T* x, const T* r, const T* alpha, T* sum_out, u64 rows,
+    // u64 cols, float eps); it reads x and r [0..rows * cols) and alpha[0..cols) (checked
+    // against the view lengths) and writes sum_out[0..2 * rows * cols) (== dst.len());
+    // warp-multiple blocks.
+    unsafe {
+        f.builder(
+            stream,
+            row_config(
+                stream,
+                rows,
+                cols,
+                ROW_CACHE,
+                f.attributes().max_threads_per_block,
+            ),
+        )
+        .arg(src)
+        .arg(residual)
+        .arg(alpha)
+        .arg(&mut *dst)
+        .arg(rows as u64)
+        .arg(cols as u64)
+        .arg(eps)
+        .launch()?;
+    }
+    Ok(())
+}
+
+/// candle-nn's `swiglu` over a contiguous `[rows, 2 * half]` input: `dst[r, j] =
+/// silu(src[r, j]) * src[r, half + j]`, `dst` being `[rows, half]`.
+pub fn swiglu<T: KernelDType>(
+    stream: &Stream,
+    src: &DeviceSlice<'_, T>,
+    dst: &mut DeviceSliceMut<'_, T>,
+    rows: usize,
+    half: usize,
+) -> Result<()> {
+    const OP: &str = "swiglu";
+    float_only::<T>(OP)?;
+    let n = checked_mul(OP, rows, half)?;
+    check_len(OP, "the input", src.len(), checked_mul(OP, n, 2)?)?;
+    check_dst(OP, dst.len(), n)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let f = crate::modules::function(&stream.device(), "nn", &format!("swiglu_{}", T::NAME))?;
+    // SAFETY: the kernel takes (const T* x, T* out, u64 rows, u64 half); it reads
+    // x[0..rows * 2 * half) (checked) and writes out[0..rows * half) (== dst.len()),
+    // grid-striding over the outputs.
+    unsafe {
+        f.builder(stream, crate::elementwise::launch_config(stream, n))
+            .arg(src)
+            .arg(&mut *dst)
+            .arg(rows as u64)
+            .arg(half as u64)
+            .launch()?;
     }
     Ok(())
 }

@@ -201,6 +201,23 @@ fn fused_ops_match_cpu() {
                     "rope_thd",
                     candle_nn::rotary_emb::rope_thd(&x_thd, &cos, &sin).unwrap(),
                 ),
+                ("swiglu", candle_nn::ops::swiglu(&x).unwrap()),
+                (
+                    "swiglu(transposed)",
+                    candle_nn::ops::swiglu(&x.transpose(1, 2).unwrap()).unwrap(),
+                ),
+                (
+                    "add_rms_norm: sum",
+                    candle_nn::ops::add_rms_norm(&x, &x_thd.transpose(1, 2).unwrap(), &alpha, 1e-5)
+                        .unwrap()
+                        .0,
+                ),
+                (
+                    "add_rms_norm: norm",
+                    candle_nn::ops::add_rms_norm(&x, &x.sqr().unwrap(), &alpha, 1e-5)
+                        .unwrap()
+                        .1,
+                ),
                 ("sigmoid", candle_nn::ops::sigmoid(&x).unwrap()),
                 (
                     "sigmoid(transposed)",

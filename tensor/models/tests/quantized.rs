@@ -286,6 +286,20 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             (0, 4 * cfg.num_layers as u64 + 1),
             "head dim {d}: one launch per product expected, launches {profile:?}"
         );
+        // Each residual add and the norm after it are one launch (two per layer, after the
+        // first layer's own norm), gate and up meet in one swiglu, q and k rotate in one rope.
+        let layers = cfg.num_layers as u64;
+        assert_eq!(
+            [
+                count("rms_norm_"),
+                count("add_rms_norm_"),
+                count("swiglu_"),
+                count("rope_"),
+                count("badd_") + count("usilu_") + count("bmul_"),
+            ],
+            [1, 2 * layers, layers, layers, 0],
+            "head dim {d}: fused norms, swiglu and rope expected, launches {profile:?}"
+        );
         // The KV cache is appended in place: one copy of the new k rows and one of the v rows
         // per layer (a `Tensor::cat` of the whole cache took two per tensor).
         let copies = profile
