@@ -790,6 +790,48 @@ __device__ __forceinline__ void at_dec_load(const T* kt, const T* vt, i64 k_ss, 
         }
 }
 
+// Sums each of V values over the TS lanes of a team (TS a power of two, teams aligned to TS
+// lanes), every lane getting every sum, in about 2V shuffles instead of V log2(TS) butterflies:
+// a reduce-scatter, each stage sending the half of the still-held values that the partner lane
+// keeps (so a lane ends with the sums of R = max(V / TS, 1) values), then a gather from their
+// owners. Every lane gets the same bits (each sum is computed once, or by both lanes of a pair
+// as a + b and b + a).
+template <int CNT, int OFF>
+struct at_reduce_scatter {
+    static __device__ __forceinline__ void run(float* v, int tl) {
+        if constexpr (OFF > 0) {
+            if constexpr (CNT > 1) {
+                constexpr int H = CNT / 2;
+                const bool upper = (tl & OFF) != 0;
+#pragma unroll
+                for (int i = 0; i < H; ++i) {
+                    const float send = upper ? v[i] : v[i + H];
+                    const float keep = upper ? v[i + H] : v[i];
+                    v[i] = keep + __shfl_xor(send, OFF);
+                }
+                at_reduce_scatter<H, OFF / 2>::run(v, tl);
+            } else {
+                v[0] += __shfl_xor(v[0], OFF);
+                at_reduce_scatter<1, OFF / 2>::run(v, tl);
+            }
+        }
+    }
+};
+
+template <int V, int TS>
+__device__ __forceinline__ void at_team_allsum(float (&v)[V], int tl) {
+    static_assert((V & (V - 1)) == 0 && (TS & (TS - 1)) == 0, "powers of two");
+    constexpr int R = V >= TS ? V / TS : 1;  // sums a lane holds after the scatter
+    constexpr int G = TS * R / V;            // lanes holding the same sums
+    at_reduce_scatter<V, TS / 2>::run(v, tl);
+    // Lane tl now holds the sums of values j + R * (tl / G), j < R, in v[0 .. R).
+    float own[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) own[j] = v[j];
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = __shfl(own[i % R], (i / R) * G, TS);
+}
+
 template <typename T, int D, int NQ>
 __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restrict__ q,
                                           const T* __restrict__ k, const T* __restrict__ v,
@@ -882,7 +924,8 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
         R kn[U][VPL], vn[U][VPL];
         at_dec_load<T, U, VPL, TS, VEC, NV, RAW>(kt + kstep, vt + vstep, p.k_ss, p.v_ss,
                                                  j + NTEAM * U, n, tl, kn, vn);
-        float s[NQ][U];
+        // The lane's partial dot products, summed over the team (every lane gets all).
+        float dots[NQ * U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             float kf[EPL];
@@ -893,8 +936,16 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
                 float dot = 0.0f;
 #pragma unroll
                 for (int e = 0; e < EPL; ++e) dot += qr[qi][e] * kf[e];
+                dots[qi * U + u] = dot;
+            }
+        }
+        at_team_allsum<NQ * U, TS>(dots, tl);
+        float s[NQ][U];
 #pragma unroll
-                for (int off = TS / 2; off > 0; off >>= 1) dot += __shfl_xor(dot, off);
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int qi = 0; qi < NQ; ++qi) {
+                const float dot = dots[qi * U + u];
                 const int jj = j + u;
                 const bool seen = jj >= lo_r[qi] && jj < hi_r[qi];
                 float mv = 0.0f;
@@ -953,9 +1004,13 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
         }
     }
     const bool single = gridDim.x == 1;
+    // Fully unrolled with a guard rather than a `break`: a loop that exits early indexes the
+    // per-query arrays (m, l, acc) at run time, which moves them to local memory for the whole
+    // kernel (NVRTC did so: a 1 KiB stack, 14 us for a handful of keys). `nq` is the same in
+    // every thread of the block, so the barriers inside the guard are uniform.
 #pragma unroll
     for (int qi = 0; qi < NQ; ++qi) {
-        if (qi >= nq) break;
+        if (qi >= nq) continue;
         __syncthreads();  // team stats written; the previous query's readers are done with red
         float mx = AT_NEG_INF;
         for (int t = 0; t < NTEAM; ++t) mx = fmaxf(mx, team_m[t * NQ + qi]);

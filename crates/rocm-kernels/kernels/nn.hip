@@ -186,12 +186,17 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* r, T* su
     for (u64 row = nn_first_row(); row < rows; row += nn_row_step()) {
         const T* xr = x + row * cols;
         T* outr = out + row * cols;
-        C v[N];
+        // alpha is loaded with the row (not after the reduction), so that its loads are in
+        // flight together with x's: a short row is then one memory round trip, not two. Not for
+        // f64, whose registers it would push past the 1024-thread budget of gfx9 (scratch).
+        constexpr bool PRE = sizeof(C) == 4;
+        C v[N], a[N];
 #pragma unroll
         for (int k = 0; k < N; k += G) {
             const u32 c0 = nn_col<G>(k, tid, bd);
             if (c0 < cols) {
                 nn_group<T, G>::load(xr, c0, &v[k]);
+                if (PRE) nn_group<T, G>::load(alpha, c0, &a[k]);
                 if (r != nullptr) {
                     C w[G];
                     nn_group<T, G>::load(r + row * cols, c0, w);
@@ -202,7 +207,7 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* r, T* su
                 }
             } else {
 #pragma unroll
-                for (int j = 0; j < G; ++j) v[k + j] = (C)0;
+                for (int j = 0; j < G; ++j) v[k + j] = a[k + j] = (C)0;
             }
         }
         C s2 = (C)0;
@@ -214,10 +219,9 @@ __device__ __forceinline__ void nn_rms_norm_cached(const T* x, const T* r, T* su
         for (int k = 0; k < N; k += G) {
             const u32 c0 = nn_col<G>(k, tid, bd);
             if (c0 < cols) {
-                C a[G];
-                nn_group<T, G>::load(alpha, c0, a);
+                if (!PRE) nn_group<T, G>::load(alpha, c0, &a[k]);
 #pragma unroll
-                for (int j = 0; j < G; ++j) v[k + j] = v[k + j] * inv * a[j];
+                for (int j = 0; j < G; ++j) v[k + j] = v[k + j] * inv * a[k + j];
                 nn_group<T, G>::store(outr, c0, &v[k]);
             }
         }

@@ -555,6 +555,49 @@ fn decode_queries(queries: usize) -> usize {
         .unwrap_or(DECODE_QUERIES[DECODE_QUERIES.len() - 1])
 }
 
+/// A decode launch's shape: the kernel width, the blocks per kv head ("slices") and the key
+/// splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DecodeGrid {
+    nq: usize,
+    slices: usize,
+    splits: usize,
+}
+
+/// The decode grid for `kv_heads` (batch x kv heads) each carrying `queries` query rows x q
+/// heads, over `keys` keys, on `sms` multiprocessors. Keys are split until the grid holds
+/// about DECODE_BLOCKS_PER_SM blocks per multiprocessor (splits of at least
+/// DECODE_MIN_KEYS_PER_SPLIT keys). The widest kernel reads every key once for all its queries,
+/// but where even split keys leave the GPU mostly idle (short caches: a block's time is then
+/// its instructions' latency, which grows with its queries), narrower kernels that spread
+/// the queries over more blocks are taken, down to one query per block.
+fn decode_grid(kv_heads: usize, queries: usize, keys: usize, sms: usize) -> DecodeGrid {
+    let grid = |nq: usize| {
+        let slices = queries.div_ceil(nq);
+        let blocks = kv_heads * slices;
+        let splits = (DECODE_BLOCKS_PER_SM * sms)
+            .div_ceil(blocks.max(1))
+            .min(keys.div_ceil(DECODE_MIN_KEYS_PER_SPLIT))
+            .clamp(1, DECODE_MAX_SPLITS);
+        (DecodeGrid { nq, slices, splits }, blocks * splits)
+    };
+    let widest = decode_queries(queries);
+    let (chosen, total) = grid(widest);
+    if total >= sms {
+        return chosen;
+    }
+    // Narrower widths, widest first: the first that fills the GPU, else the narrowest.
+    let mut best = chosen;
+    for nq in DECODE_QUERIES.into_iter().rev().filter(|&w| w < widest) {
+        let (g, total) = grid(nq);
+        best = g;
+        if total >= sms {
+            break;
+        }
+    }
+    best
+}
+
 /// The split-key decode path and, with several splits, the merge.
 #[allow(clippy::too_many_arguments)]
 fn decode<T: KernelDType>(
@@ -583,14 +626,13 @@ fn decode<T: KernelDType>(
         ));
     }
     let group = shape.heads_q / shape.heads_kv;
-    let nq = decode_queries(shape.seq_q * group);
-    let slices = (shape.seq_q * group).div_ceil(nq);
-    let blocks = shape.batch * shape.heads_kv * slices;
     let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
-    let splits = (DECODE_BLOCKS_PER_SM * sms)
-        .div_ceil(blocks)
-        .min(shape.seq_k.div_ceil(DECODE_MIN_KEYS_PER_SPLIT))
-        .clamp(1, DECODE_MAX_SPLITS);
+    let DecodeGrid { nq, slices, splits } = decode_grid(
+        shape.batch * shape.heads_kv,
+        shape.seq_q * group,
+        shape.seq_k,
+        sms,
+    );
     let rows = shape.batch * shape.heads_q * shape.seq_q;
     p.splits_rows = to_i64(op, "rows", rows)?;
     let config = LaunchConfig {
@@ -782,6 +824,35 @@ mod tests {
         assert!(src.contains(&format!("#define AT_MMA_WAVES {MMA_WAVES}")));
         assert!(src.contains("#define AT_MMA_BM (16 * AT_MMA_WAVES)\n"));
         assert_eq!(MMA_BLOCK_ROWS, 16 * MMA_WAVES as usize);
+    }
+
+    #[test]
+    fn decode_grid_fills_the_gpu_or_spreads_the_queries() {
+        // Long caches: the widest kernel, keys split to about 2 blocks per multiprocessor.
+        assert_eq!(
+            decode_grid(8, 4, 4096, 132),
+            DecodeGrid {
+                nq: 4,
+                slices: 1,
+                splits: 32
+            }
+        );
+        assert_eq!(decode_grid(8, 4, 65536, 132).splits, 33);
+        // A short cache cannot be split: one query per block, 4x the blocks.
+        assert_eq!(
+            decode_grid(8, 4, 80, 132),
+            DecodeGrid {
+                nq: 1,
+                slices: 4,
+                splits: 1
+            }
+        );
+        // Enough blocks already: unchanged.
+        assert_eq!(decode_grid(256, 4, 80, 132).nq, 4);
+        // Eight queries per kv head, 300 keys: 8 x 3 splits with 8-wide blocks are too few,
+        // 4-wide blocks give 2 slices x 8 x 3 = 48, still too few, so one query per block.
+        assert_eq!(decode_grid(8, 8, 300, 132).nq, 1);
+        assert_eq!(decode_grid(64, 8, 300, 132).nq, 8);
     }
 
     #[test]
