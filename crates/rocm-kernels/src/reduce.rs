@@ -110,6 +110,9 @@ impl ReduceOp {
 const THREAD_BLOCK: u32 = 256;
 /// Largest block of the one-block-per-output kernels.
 const MAX_REDUCE_BLOCK: usize = 256;
+/// Largest block of the one-block-per-output kernels when there are fewer outputs than
+/// multiprocessors.
+const MAX_FEW_OUTPUTS_BLOCK: usize = 1024;
 /// At most this many blocks per multiprocessor for grid-stride launches over outputs.
 const BLOCKS_PER_MULTIPROCESSOR: usize = 16;
 /// At least this many reduced elements before a block per output pays off.
@@ -541,12 +544,31 @@ fn launch<T: KernelDType, D: KernelDType>(
         ));
     }
     let block = plan.use_block(gpu.multiprocessors);
+    let part = if parts.is_some() { "_part" } else { "" };
+    let kernel = if block {
+        format!("{}{part}_block_{}", op.name(), T::NAME)
+    } else {
+        format!("{}{part}_{}", op.name(), T::NAME)
+    };
+    let f = crate::modules::function(&stream.device(), "reduce", &kernel)?;
     let config = if block {
         // A power of two, a multiple of the warp size, about one thread per reduced element.
+        // Fewer outputs than multiprocessors (an argmax over a vocabulary, one row): each
+        // output's block is alone on its multiprocessor, so it takes up to 1024 threads to keep
+        // more loads in flight (a 128k-element row took 72 us with 256).
+        let cap = if plan.out_numel < gpu.multiprocessors {
+            MAX_FEW_OUTPUTS_BLOCK
+        } else {
+            MAX_REDUCE_BLOCK
+        };
+        let launchable = match f.attributes().max_threads_per_block as usize {
+            0 => MAX_REDUCE_BLOCK,
+            m => 1usize << (usize::BITS - 1 - m.leading_zeros()),
+        };
         let threads = plan
             .red_numel
             .next_power_of_two()
-            .clamp(gpu.warp, MAX_REDUCE_BLOCK.max(gpu.warp));
+            .clamp(gpu.warp, cap.min(launchable).max(gpu.warp));
         LaunchConfig {
             grid: [plan.out_numel.min(65_535) as u32, 1, 1],
             block: [threads as u32, 1, 1],
@@ -568,13 +590,6 @@ fn launch<T: KernelDType, D: KernelDType>(
         Some(info) => Some(stream.alloc_from_host_async(&info)?),
         None => None,
     };
-    let part = if parts.is_some() { "_part" } else { "" };
-    let kernel = if block {
-        format!("{}{part}_block_{}", op.name(), T::NAME)
-    } else {
-        format!("{}{part}_{}", op.name(), T::NAME)
-    };
-    let f = crate::modules::function(&stream.device(), "reduce", &kernel)?;
     // SAFETY: the kernel takes (u64 out_numel, u64 red_numel, u32 nk, u32 nr, const u64* info,
     // const T* inp, D* out). With info non-null it reads info[0..2 * (nk + nr)) (exactly that
     // buffer, alive until the launch is queued, then freed in stream order); the input offsets
