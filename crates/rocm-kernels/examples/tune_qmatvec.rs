@@ -6,10 +6,13 @@
 //! same bytes in the same run (throughput = the quantized weight bytes read, per launch).
 //!
 //! ```sh
-//! cargo run --release -p rocm-kernels --no-default-features --example tune_qmatvec -- [ROWS N K]
+//! cargo run --release -p rocm-kernels --no-default-features --example tune_qmatvec -- [ROWS N K [TYPE]]
 //! ```
 //! Prints one line per (type, configuration, blocks per multiprocessor); the committed defaults
-//! are the configuration named `default`.
+//! are the configuration named `default`. `TYPE` (`q4k`, `q6k`, ...) limits the run to one type.
+//! Consecutive launches read different copies of the weights (at least 256 MiB in all), so
+//! that every launch streams its weights from memory, as a model's layers do, rather than
+//! from the L2 cache that a 10 MB weight would otherwise stay in.
 
 use std::error::Error;
 
@@ -86,6 +89,8 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("stage_double", "QS_SB_32=256 QS_SB_8=128 QS_SB_K=32"),
         ("min_blocks3", "QS_MIN_BLOCKS=3"),
         ("min_blocks4", "QS_MIN_BLOCKS=4"),
+        ("teams4", "QS_TEAMS=4"),
+        ("teams16", "QS_TEAMS=16"),
     ]
 }
 
@@ -127,14 +132,13 @@ fn stage_blocks(defines: &str, q: QuantType) -> usize {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse())
-        .collect::<Result<_, _>>()?;
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let only = if args.len() == 4 { args.pop() } else { None };
+    let args: Vec<usize> = args.iter().map(|a| a.parse()).collect::<Result<_, _>>()?;
     let (m, n, k) = match args.as_slice() {
         [] => (1, 14336, 4096),
         [m, n, k] => (*m, *n, *k),
-        _ => return Err("usage: tune_qmatvec [ROWS N K]".into()),
+        _ => return Err("usage: tune_qmatvec [ROWS N K [TYPE]]".into()),
     };
     let d = match Device::new(0) {
         Ok(d) => d,
@@ -189,13 +193,28 @@ fn main() -> Result<(), Box<dyn Error>> {
         QuantType::Q4_1,
     ];
     for q in types {
-        let w = s.alloc_from_host(&random_blocks(q, n, k, 11))?;
+        if only.as_deref().is_some_and(|t| t != q.name()) {
+            continue;
+        }
+        let host_w = random_blocks(q, n, k, 11);
+        let copies = (256usize << 20).div_ceil(host_w.len()).clamp(1, 64);
+        let ws = (0..copies)
+            .map(|_| s.alloc_from_host(&host_w))
+            .collect::<Result<Vec<_>, _>>()?;
+        let w = &ws[0];
         let bytes = w.len();
         let gbs = |ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
         // References: a copy of the same bytes, the two-launch kernel.
         let mut dst = s.alloc::<u8>(bytes)?;
+        let mut next = 0usize;
+        let mut rotate = || {
+            next += 1;
+            &ws[next % copies]
+        };
         let copy_ms = time_ms(d, &s, || {
-            dst.as_mut_slice().copy_from_device(&w.as_slice()).unwrap()
+            dst.as_mut_slice()
+                .copy_from_device(&rotate().as_slice())
+                .unwrap()
         })?;
         let copy_gbs = 2.0 * gbs(copy_ms);
         let (ql, dl) = qk::matvec_int_scratch(m, k);
@@ -213,7 +232,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             qk::matvec_int_rounded(
                 &s,
                 q,
-                &w.as_slice(),
+                &rotate().as_slice(),
                 (m, n, k),
                 &xq.as_slice(),
                 &xds.as_slice(),
@@ -236,7 +255,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             qk::matvec_int_staged(
                 &s,
                 q,
-                &w.as_slice(),
+                &rotate().as_slice(),
                 (m, n, k),
                 &x.as_slice(),
                 &mut y.as_mut_slice(),
@@ -283,7 +302,10 @@ fn main() -> Result<(), Box<dyn Error>> {
                     shared_mem_bytes: shared as u32,
                 };
                 y.as_mut_slice().memset_async(0xFF)?;
+                let mut next = 0usize;
                 let mut launch = || {
+                    let w = &ws[next % copies];
+                    next += 1;
                     let b = f
                         .builder(&s, cfg)
                         .arg(m as u32)
