@@ -870,7 +870,10 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
     const i64 per = (sk + gridDim.x - 1) / gridDim.x;
     i64 c_begin = (i64)blockIdx.x * per, c_end = c_begin + per < sk ? c_begin + per : sk;
     {
-        const i64 lo = at_key_lo(p, qi_row[0], shift), hi = at_key_hi(p, qi_row[nq - 1], shift, sk);
+        // The last query's row from its slot (not qi_row[nq - 1]: a run-time index would put
+        // the array in local memory).
+        const i64 last_row = (flat0 + nq - 1) / g;
+        const i64 lo = at_key_lo(p, qi_row[0], shift), hi = at_key_hi(p, last_row, shift, sk);
         c_begin = c_begin > lo ? c_begin : lo;
         c_end = c_end < hi ? c_end : hi;
     }

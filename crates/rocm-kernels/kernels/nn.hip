@@ -353,19 +353,28 @@ __device__ __forceinline__ void nn_rms_norm(const T* x, const T* r, T* sum, cons
 
 // silu(x[.., j]) * x[.., half + j] for each row of 2 * half elements (candle-nn's `swiglu`:
 // the first half gated by the second), into rows of `half`. silu's result is rounded to T
-// before the product, as candle's `silu(a) * b` does, so the results are the same bits.
-template <typename T>
-__device__ __forceinline__ void nn_swiglu(const T* x, T* out, u64 rows, u64 half) {
+// before the product, as candle's `silu(a) * b` does: the same bits as this backend's `silu`
+// then `mul` (Candle's CPU exp may differ in the last bits, as for `silu` alone).
+template <typename T, typename I>
+__device__ __forceinline__ void nn_swiglu_loop(const T* x, T* out, I rows, I half) {
     typedef typename rk_compute<T>::type C;
-    const u64 n = rows * half;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (u64)gridDim.x * blockDim.x) {
-        const u64 row = i / half, j = i - row * half;
-        const C a = rk_to_compute(x[row * 2 * half + j]);
-        const C b = rk_to_compute(x[row * 2 * half + half + j]);
+    const I n = rows * half;
+    for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += (I)(gridDim.x * blockDim.x)) {
+        const I row = i / half, j = i - row * half;
+        const C a = rk_to_compute(x[(u64)row * 2 * half + j]);
+        const C b = rk_to_compute(x[(u64)row * 2 * half + half + j]);
         const C silu = rk_to_compute(rk_from_compute<T>(a / ((C)1 + rk_exp(-a))));
         out[i] = rk_from_compute<T>(silu * b);
     }
+}
+
+// 32-bit index math (a division per element) below 2^31 outputs, 64-bit otherwise.
+template <typename T>
+__device__ __forceinline__ void nn_swiglu(const T* x, T* out, u64 rows, u64 half) {
+    if (rows * half < 0x80000000ull)
+        nn_swiglu_loop<T, u32>(x, out, (u32)rows, (u32)half);
+    else
+        nn_swiglu_loop<T, u64>(x, out, rows, half);
 }
 
 // Two passes (mean, then the mean squared deviation): no cancellation (candle-nn's CPU version
