@@ -302,10 +302,8 @@ fn main() -> Result<(), Box<dyn Error>> {
                     shared_mem_bytes: shared as u32,
                 };
                 y.as_mut_slice().memset_async(0xFF)?;
-                let mut next = 0usize;
                 let mut launch = || {
-                    let w = &ws[next % copies];
-                    next += 1;
+                    let w = rotate();
                     let b = f
                         .builder(&s, cfg)
                         .arg(m as u32)

@@ -581,21 +581,16 @@ fn decode_grid(kv_heads: usize, queries: usize, keys: usize, sms: usize) -> Deco
             .clamp(1, DECODE_MAX_SPLITS);
         (DecodeGrid { nq, slices, splits }, blocks * splits)
     };
+    // The widest width that fills the GPU, else the narrowest.
     let widest = decode_queries(queries);
-    let (chosen, total) = grid(widest);
-    if total >= sms {
-        return chosen;
-    }
-    // Narrower widths, widest first: the first that fills the GPU, else the narrowest.
-    let mut best = chosen;
-    for nq in DECODE_QUERIES.into_iter().rev().filter(|&w| w < widest) {
-        let (g, total) = grid(nq);
-        best = g;
-        if total >= sms {
-            break;
-        }
-    }
-    best
+    DECODE_QUERIES
+        .into_iter()
+        .rev()
+        .filter(|&w| w <= widest)
+        .map(grid)
+        .find(|&(_, total)| total >= sms)
+        .unwrap_or_else(|| grid(DECODE_QUERIES[0]))
+        .0
 }
 
 /// The split-key decode path and, with several splits, the merge.

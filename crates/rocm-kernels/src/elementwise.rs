@@ -370,6 +370,16 @@ pub(crate) fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
     }
 }
 
+/// The largest power-of-two block a kernel can be launched with: its `max_threads_per_block`
+/// attribute rounded down (which its register use may bring below 1024), or `unknown` when
+/// the runtime reports 0.
+pub(crate) fn launchable_block(max_threads_per_block: u32, unknown: usize) -> usize {
+    match max_threads_per_block as usize {
+        0 => unknown,
+        m => 1usize << (usize::BITS - 1 - m.leading_zeros()),
+    }
+}
+
 pub(crate) fn function(stream: &Stream, module: &str, kernel: &str) -> Result<Function> {
     crate::modules::function(&stream.device(), module, kernel)
 }

@@ -105,12 +105,9 @@ fn row_config(
 ) -> LaunchConfig {
     let warp = warp_size(stream);
     // The largest power of two the kernel allows (never below one warp).
-    let limit = match max_threads as usize {
-        0 => MAX_ROW_BLOCK,
-        m => 1usize << (usize::BITS - 1 - m.leading_zeros()),
-    }
-    .min(MAX_ROW_BLOCK)
-    .max(warp);
+    let limit = crate::elementwise::launchable_block(max_threads, MAX_ROW_BLOCK)
+        .min(MAX_ROW_BLOCK)
+        .max(warp);
     // About `per_thread` elements per thread: rows up to `per_thread` * threads columns are
     // then held in registers (one read); longer rows take the block-strided loops.
     let threads = cols

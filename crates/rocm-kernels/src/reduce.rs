@@ -561,10 +561,10 @@ fn launch<T: KernelDType, D: KernelDType>(
         } else {
             MAX_REDUCE_BLOCK
         };
-        let launchable = match f.attributes().max_threads_per_block as usize {
-            0 => MAX_REDUCE_BLOCK,
-            m => 1usize << (usize::BITS - 1 - m.leading_zeros()),
-        };
+        let launchable = crate::elementwise::launchable_block(
+            f.attributes().max_threads_per_block,
+            MAX_REDUCE_BLOCK,
+        );
         let threads = plan
             .red_numel
             .next_power_of_two()
