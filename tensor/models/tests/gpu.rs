@@ -533,18 +533,23 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
         let summed = hidden.broadcast_mul(keep).unwrap().sum(1).unwrap();
         summed.broadcast_div(&keep.sum(1).unwrap()).unwrap()
     };
-    // Random weights generated on the GPU; the same values on the CPU for the reference.
+    // Random weights generated on the GPU; the same values on the CPU for the reference. The
+    // models get plain tensors, not the map's variables: a variable tracks gradients, which
+    // keeps attention on the composition (the fused op has no backward).
     let varmap = candle_nn::VarMap::new();
-    let gpu = load(VarBuilder::from_varmap(&varmap, DType::F32, &dev));
-    let cpu_weights: HashMap<String, Tensor> = varmap
-        .data()
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().to_device(&Device::Cpu).unwrap()))
-        .collect();
+    let tracked = load(VarBuilder::from_varmap(&varmap, DType::F32, &dev));
+    let weights_on = |d: &Device| -> HashMap<String, Tensor> {
+        varmap
+            .data()
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().detach().to_device(d).unwrap()))
+            .collect()
+    };
+    let gpu = load(VarBuilder::from_tensors(weights_on(&dev), DType::F32, &dev));
     let cpu = load(VarBuilder::from_tensors(
-        cpu_weights,
+        weights_on(&Device::Cpu),
         DType::F32,
         &Device::Cpu,
     ));
@@ -584,16 +589,50 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
     );
     assert_eq!(waits, 0, "the encoder's forward passes waited for the GPU");
 
+    // The attention of each layer is one fused launch (our candle-transformers patch: BERT's
+    // self-attention through candle-nn's sdpa on ext devices), with no softmax.
+    dev.synchronize().unwrap();
+    hip_core::launch_profile_start(false);
+    let profiled = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
+    let profile = hip_core::launch_profile_stop();
+    let launches = |prefix: &str| -> u64 {
+        profile
+            .iter()
+            .filter(|k| k.name.starts_with(prefix))
+            .map(|k| k.launches)
+            .sum()
+    };
+    let names: Vec<_> = profile.iter().map(|k| (&k.name, k.launches)).collect();
+    assert_eq!(
+        launches("attn_prefill_"),
+        cfg.num_hidden_layers as u64,
+        "one fused attention per layer: {names:?}"
+    );
+    assert_eq!(launches("softmax_"), 0, "no unfused softmax: {names:?}");
+    // With the map's variables (gradients tracked) attention stays the composition.
+    dev.synchronize().unwrap();
+    hip_core::launch_profile_start(false);
+    let composed = forward(&tracked, &g_ids, &g_pos, &g_add, &g_keep);
+    let profile = hip_core::launch_profile_stop();
+    let fused: u64 = profile
+        .iter()
+        .filter(|k| k.name.starts_with("attn_prefill_"))
+        .map(|k| k.launches)
+        .sum();
+    assert_eq!(fused, 0, "tracked weights must keep the composition");
+
     let (c_ids, c_pos, c_add, c_keep) = inputs(&Device::Cpu);
     let reference = forward(&cpu, &c_ids, &c_pos, &c_add, &c_keep);
-    let (d1, d2) = (
+    let (d1, d2, d3, d4) = (
         max_abs_diff(&first, &reference),
         max_abs_diff(&second, &reference),
+        max_abs_diff(&profiled, &reference),
+        max_abs_diff(&composed, &reference),
     );
-    println!("BERT encoder: max |gpu - cpu| {d1:.3e}");
+    println!("BERT encoder: max |gpu - cpu| {d1:.3e} (fused attention), {d4:.3e} (composed)");
     assert!(
-        d1 < 1e-3 && d2 < 1e-3,
-        "max |gpu - cpu|: first pass {d1}, second {d2}"
+        d1 < 1e-3 && d2 < 1e-3 && d3 < 1e-3 && d4 < 1e-3,
+        "max |gpu - cpu|: first pass {d1}, second {d2}, profiled {d3}, composed {d4}"
     );
 }
 
