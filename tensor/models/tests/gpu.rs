@@ -590,7 +590,8 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
     assert_eq!(waits, 0, "the encoder's forward passes waited for the GPU");
 
     // The attention of each layer is one fused launch (our candle-transformers patch: BERT's
-    // self-attention through candle-nn's sdpa on ext devices), with no softmax.
+    // self-attention through candle-nn's sdpa on ext devices, after one q/k/v product), with
+    // no softmax.
     dev.synchronize().unwrap();
     hip_core::launch_profile_start(false);
     let profiled = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
@@ -609,6 +610,13 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
         "one fused attention per layer: {names:?}"
     );
     assert_eq!(launches("softmax_"), 0, "no unfused softmax: {names:?}");
+    // One product for q, k and v (their weights joined at load time), then o and the two of
+    // the feed-forward block: 4 GEMMs per layer.
+    assert_eq!(
+        launches("gemm_"),
+        4 * cfg.num_hidden_layers as u64,
+        "GEMMs per forward pass: {names:?}"
+    );
     // With the map's variables (gradients tracked) attention stays the composition.
     dev.synchronize().unwrap();
     hip_core::launch_profile_start(false);
