@@ -725,6 +725,330 @@ __device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __r
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Prefill on NVIDIA sm_80+ (RK_MMA == 1): the same problem and parameters as at_prefill_mma, laid
+// out the way mma.sync wants it. One block of AT_NV_WAVES warps per (16 x AT_NV_WAVES query
+// rows, q head, batch), each warp owning 16 rows.
+//  * K and V tiles (AT_NV_BN keys) are copied row-major into shared memory with asynchronous
+//    16-byte copies (cp.async, rows past the sequence zero-filled): V's copy is in flight while
+//    S = Q K^T and the softmax run, the next K's while O += P V runs.
+//  * Operand fragments come from shared memory with ldmatrix (K as stored; V transposed by
+//    ldmatrix.trans, so V is never transposed in memory). Rows are padded by 16 bytes, which
+//    puts the 8 rows of each 8 x 8 matrix on distinct banks.
+//  * P never leaves registers: the accumulator layout of two adjacent n8 tiles of S is the A
+//    operand layout of the next product (PTX ISA, mma.m16n8k16 fragments), so the probabilities
+//    are rounded to T and packed in place.
+//  * Tiles that need no masking for a warp (no mask, no softcap, every key visible to its 16
+//    rows) skip the per-element checks; tiles a warp sees nothing of are skipped by that warp.
+// ---------------------------------------------------------------------------------------------
+#if RK_MMA == 1
+#ifndef AT_NV_WAVES
+#define AT_NV_WAVES 4
+#endif
+#ifndef AT_NV_BN
+#define AT_NV_BN 64
+#endif
+#ifndef AT_NV_MIN_BLOCKS
+#define AT_NV_MIN_BLOCKS 2
+#endif
+
+// The shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ u32 at_nv_smem(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16 bytes from global `src` to shared `dst`, asynchronously; `bytes` 0 writes zeros and reads
+// nothing.
+__device__ __forceinline__ void at_nv_cp16(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void at_nv_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void at_nv_cp_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit elements; lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void at_nv_ldsm4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void at_nv_ldsm4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+
+// c (16 x 8, f32) += a (16 x 16) * b (16 x 8).
+template <typename T>
+__device__ __forceinline__ void at_nv_mma(float* c, const u32* a, u32 b0, u32 b1) {
+    if (rk_mma_is_bf16<T>::value) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+__device__ __forceinline__ float at_nv_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two floats rounded to T (to nearest even), the first in the low half (cvt's first source
+// goes to the high half).
+template <typename T>
+__device__ __forceinline__ u32 at_nv_pack(float lo, float hi) {
+    u32 r;
+    if (rk_mma_is_bf16<T>::value)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Rows [j0, j0 + BN) of a K or V head (row stride `ss`) into a shared tile of pitch P elements.
+template <typename T, int D, int BN, int P, int NTHREADS>
+__device__ __forceinline__ void at_nv_load_tile(u32 tile, const T* src, i64 ss, i64 j0, i64 sk,
+                                                int tid) {
+    constexpr int CH = D / 8;  // 16-byte chunks per row
+#pragma unroll
+    for (int e = tid; e < BN * CH; e += NTHREADS) {
+        const int r = e / CH, c = (e % CH) * 8;
+        const bool in = j0 + r < sk;
+        at_nv_cp16(tile + (u32)(r * P + c) * 2u, src + (in ? (j0 + r) * ss : 0) + c, in ? 16u : 0u);
+    }
+    at_nv_cp_commit();
+}
+
+template <typename T, int D, int WAVES, int BN>
+__device__ __forceinline__ void at_prefill_nv(const AttnParams& p, const T* __restrict__ q,
+                                              const T* __restrict__ k, const T* __restrict__ v,
+                                              const T* __restrict__ mask, const u32* cu_q,
+                                              const u32* cu_k, T* __restrict__ o, u32* err) {
+    constexpr int BM = 16 * WAVES;
+    constexpr int P = D + 8;  // row pitch: 16 bytes of padding
+    constexpr int DK = D / 16, DN = D / 8, NN = BN / 8, KC = BN / 16;
+    constexpr int NTHREADS = 32 * WAVES;
+    __shared__ __attribute__((aligned(128))) T ks[BN * P];
+    __shared__ __attribute__((aligned(128))) T vs[BN * P];
+
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const u32 h = blockIdx.y, b = blockIdx.z;
+    const u32 hk = h / (u32)(p.hq / p.hkv);
+    i64 q0, sq, k0, sk;
+    if (!at_bounds(p, cu_q, cu_k, err, b, &q0, &sq, &k0, &sk)) return;
+    const i64 shift = sk - sq;
+    const T* qb = q + (i64)b * p.q_sb + (i64)h * p.q_sh + q0 * p.q_ss;
+    const T* kb = k + (i64)b * p.k_sb + (i64)hk * p.k_sh + k0 * p.k_ss;
+    const T* vb = v + (i64)b * p.v_sb + (i64)hk * p.v_sh + k0 * p.v_ss;
+    T* ob = o + (i64)b * p.o_sb + (i64)h * p.o_sh + q0 * p.o_ss;
+    const T* mb = mask == nullptr ? nullptr : mask + (i64)b * p.m_sb + (i64)h * p.m_sh;
+    const bool plain = mb == nullptr && !(p.softcap > 0.0f);
+    const float scale_log2 = p.scale * AT_LOG2E;
+
+    const u32 ks_addr = at_nv_smem(ks), vs_addr = at_nv_smem(vs);
+    // ldmatrix row addresses (bytes from a 16-key x 16-column block's corner). K: matrices
+    // (keys +0, cols +0), (+0, +8), (+8, +0), (+8, +8) = b0, b1 of two n8 key tiles. V (trans):
+    // (keys +0, cols +0), (+8, +0), (+0, +8), (+8, +8) = b0, b1 of two n8 column tiles.
+    const u32 k_lane = (u32)(((lane & 7) + 8 * (lane >> 4)) * P + 8 * ((lane >> 3) & 1)) * 2u;
+    const u32 v_lane = (u32)(((lane & 7) + 8 * ((lane >> 3) & 1)) * P + 8 * (lane >> 4)) * 2u;
+
+    // Heavier (later, under a causal mask) query tiles first.
+    for (i64 qt = (i64)gridDim.x - 1 - blockIdx.x; qt * BM < sq; qt += gridDim.x) {
+        const i64 i0 = qt * BM;
+        const i64 i_last = (i0 + BM < sq ? i0 + BM : sq) - 1;
+        const i64 k_begin = at_key_lo(p, i0, shift);
+        const i64 k_end = at_key_hi(p, i_last, shift, sk);
+        const i64 wr0 = i0 + 16 * w;  // the warp's first row
+        const bool w_rows = wr0 < sq;
+        const i64 w_last = (wr0 + 15 < sq ? wr0 + 15 : sq - 1);
+        // The keys the warp's rows see at all, and those every one of its rows sees.
+        const i64 w_lo = w_rows ? at_key_lo(p, wr0, shift) : 0;
+        const i64 w_hi = w_rows ? at_key_hi(p, w_last, shift, sk) : 0;
+        const i64 w_all_lo = w_rows ? at_key_lo(p, w_last, shift) : 0;
+        const i64 w_all_hi = w_rows ? at_key_hi(p, wr0, shift, sk) : 0;
+
+        // Q fragments (A operands, one per 16 columns) from global memory; rows past the
+        // sequence read as zero.
+        u32 qf[DK][4];
+        {
+            const i64 r0 = wr0 + g, r1 = wr0 + g + 8;
+#pragma unroll
+            for (int kk = 0; kk < DK; ++kk) {
+                const int c = kk * 16 + 2 * t4;
+                qf[kk][0] = r0 < sq ? *(const u32*)(qb + r0 * p.q_ss + c) : 0u;
+                qf[kk][1] = r1 < sq ? *(const u32*)(qb + r1 * p.q_ss + c) : 0u;
+                qf[kk][2] = r0 < sq ? *(const u32*)(qb + r0 * p.q_ss + c + 8) : 0u;
+                qf[kk][3] = r1 < sq ? *(const u32*)(qb + r1 * p.q_ss + c + 8) : 0u;
+            }
+        }
+
+        float acc[DN][4];
+#pragma unroll
+        for (int dn = 0; dn < DN; ++dn)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[dn][i] = 0.0f;
+        float m[2] = {AT_NEG_INF, AT_NEG_INF}, l[2] = {0.0f, 0.0f};
+
+        __syncthreads();  // the previous query tile's readers are done with ks and vs
+        const i64 j_first = (k_begin / BN) * BN;
+        if (j_first < k_end)
+            at_nv_load_tile<T, D, BN, P, NTHREADS>(ks_addr, kb, p.k_ss, j_first, sk, tid);
+
+        for (i64 j0 = j_first; j0 < k_end; j0 += BN) {
+            at_nv_cp_wait_all();
+            __syncthreads();  // K[j0] is in; every warp is done with the previous V
+            at_nv_load_tile<T, D, BN, P, NTHREADS>(vs_addr, vb, p.v_ss, j0, sk, tid);
+
+            const bool active = w_rows && j0 < w_hi && j0 + BN > w_lo;
+            const bool full = plain && j0 + BN <= sk && w_all_lo <= j0 && w_all_hi >= j0 + BN;
+            float s[NN][4];
+            u32 pa[KC][4];
+            if (active) {
+#pragma unroll
+                for (int n = 0; n < NN; ++n)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < DK; ++kk)
+#pragma unroll
+                    for (int np = 0; np < NN / 2; ++np) {
+                        u32 b0, b1, b2, b3;
+                        at_nv_ldsm4(ks_addr + (u32)(np * 16 * P + kk * 16) * 2u + k_lane, b0, b1,
+                                    b2, b3);
+                        at_nv_mma<T>(s[2 * np], qf[kk], b0, b1);
+                        at_nv_mma<T>(s[2 * np + 1], qf[kk], b2, b3);
+                    }
+
+                // Logits (base 2) and the tile's row maxima; slot 0 is row g, slot 1 row g + 8.
+                float mx[2] = {AT_NEG_INF, AT_NEG_INF};
+                if (full) {
+#pragma unroll
+                    for (int n = 0; n < NN; ++n)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            s[n][i] *= scale_log2;
+                            mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
+                        }
+                } else {
+#pragma unroll
+                    for (int sl = 0; sl < 2; ++sl) {
+                        const i64 r = wr0 + g + 8 * sl;
+                        const i64 lo = at_key_lo(p, r, shift) - j0;
+                        const i64 hi = r < sq ? at_key_hi(p, r, shift, sk) - j0 : 0;
+#pragma unroll
+                        for (int n = 0; n < NN; ++n)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int jr = n * 8 + 2 * t4 + e;
+                                const bool seen = jr >= lo && jr < hi;
+                                float mv = 0.0f;
+                                if (seen && mb != nullptr)
+                                    mv = rk_to_compute(mb[r * p.m_sq + (j0 + jr) * p.m_sk]);
+                                const float x =
+                                    seen ? at_logit(p, s[n][2 * sl + e], mv) : AT_NEG_INF;
+                                s[n][2 * sl + e] = x;
+                                mx[sl] = fmaxf(mx[sl], x);
+                            }
+                    }
+                }
+                float base[2];
+#pragma unroll
+                for (int sl = 0; sl < 2; ++sl) {
+                    float t = mx[sl];
+                    t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
+                    t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
+                    const float m_new = fmaxf(m[sl], t);
+                    base[sl] = m_new == AT_NEG_INF ? 0.0f : m_new;
+                    const float alpha = at_nv_exp2(m[sl] - base[sl]);
+                    m[sl] = m_new;
+                    l[sl] *= alpha;
+#pragma unroll
+                    for (int dn = 0; dn < DN; ++dn) {
+                        acc[dn][2 * sl] *= alpha;
+                        acc[dn][2 * sl + 1] *= alpha;
+                    }
+                }
+                // Probabilities, packed as the A operands of P V: key tiles 2c and 2c + 1 make
+                // the 16 keys of operand c.
+#pragma unroll
+                for (int n = 0; n < NN; ++n) {
+                    const float p0 = at_nv_exp2(s[n][0] - base[0]);
+                    const float p1 = at_nv_exp2(s[n][1] - base[0]);
+                    const float p2 = at_nv_exp2(s[n][2] - base[1]);
+                    const float p3 = at_nv_exp2(s[n][3] - base[1]);
+                    l[0] += p0 + p1;
+                    l[1] += p2 + p3;
+                    pa[n >> 1][2 * (n & 1)] = at_nv_pack<T>(p0, p1);
+                    pa[n >> 1][2 * (n & 1) + 1] = at_nv_pack<T>(p2, p3);
+                }
+            }
+
+            at_nv_cp_wait_all();
+            __syncthreads();  // V[j0] is in; every warp is done with K[j0]
+            if (j0 + BN < k_end)
+                at_nv_load_tile<T, D, BN, P, NTHREADS>(ks_addr, kb, p.k_ss, j0 + BN, sk, tid);
+
+            if (active) {
+#pragma unroll
+                for (int c = 0; c < KC; ++c)
+#pragma unroll
+                    for (int dp = 0; dp < DN / 2; ++dp) {
+                        u32 b0, b1, b2, b3;
+                        at_nv_ldsm4_t(vs_addr + (u32)(c * 16 * P + dp * 16) * 2u + v_lane, b0, b1,
+                                      b2, b3);
+                        at_nv_mma<T>(acc[2 * dp], pa[c], b0, b1);
+                        at_nv_mma<T>(acc[2 * dp + 1], pa[c], b2, b3);
+                    }
+            }
+        }
+
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl) {
+            l[sl] += __shfl_xor_sync(0xffffffffu, l[sl], 1);
+            l[sl] += __shfl_xor_sync(0xffffffffu, l[sl], 2);
+        }
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl) {
+            const i64 r = wr0 + g + 8 * sl;
+            if (r >= sq) continue;
+            const float inv = l[sl] > 0.0f ? 1.0f / l[sl] : 0.0f;
+            T* orow = ob + r * p.o_ss + 2 * t4;
+#pragma unroll
+            for (int dn = 0; dn < DN; ++dn)
+                *(u32*)(orow + dn * 8) =
+                    at_nv_pack<T>(acc[dn][2 * sl] * inv, acc[dn][2 * sl + 1] * inv);
+        }
+    }
+}
+#endif  // RK_MMA == 1
+
+// The matrix-instruction prefill kernels: on NVIDIA the kernel above, elsewhere at_prefill_mma.
+#if RK_MMA == 1
+#define AT_PREFILL_MMA(TN, T, D, BN)                                                             \
+    RK_KERNEL void __launch_bounds__(AT_NV_WAVES * 32, AT_NV_MIN_BLOCKS)                         \
+        attn_prefill_mma_##TN##_d##D(AttnParams p, const T* q, const T* k, const T* v,           \
+                                     const T* mask, const u32* cu_q, const u32* cu_k, T* o,      \
+                                     u32* err) {                                                 \
+        at_prefill_nv<T, D, AT_NV_WAVES, AT_NV_BN>(p, q, k, v, mask, cu_q, cu_k, o, err);        \
+    }
+#else
 #define AT_PREFILL_MMA(TN, T, D, BN)                                                             \
     RK_KERNEL void __launch_bounds__(AT_MMA_WAVES * RK_MMA_WAVE)                                 \
         attn_prefill_mma_##TN##_d##D(AttnParams p, const T* q, const T* k, const T* v,           \
@@ -732,6 +1056,7 @@ __device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __r
                                      u32* err) {                                                 \
         at_prefill_mma<T, D, BN>(p, q, k, v, mask, cu_q, cu_k, o, err);                          \
     }
+#endif
 #endif  // RK_MMA != 0
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,300 @@
+//! Tunes the matrix-instruction prefill (`attn_prefill_mma_bf16_d128`, `kernels/attention.hip`)
+//! on the GPU at hand: the kernel is compiled at run time once per configuration of its
+//! compile-time parameters (`AT_NV_*` on NVIDIA, `-D` style defines), launched on one causal or
+//! full bf16 problem (batch 1, 32 heads x 128), checked against the portable kernel's output and
+//! timed (TFLOP/s counts the multiply-adds of the visible half under a causal mask, as
+//! flash-attention's benchmarks do).
+//!
+//! ```sh
+//! cargo run --release -p rocm-kernels --no-default-features --example tune_attention -- [SEQ [full]]
+//! ```
+
+use std::error::Error;
+
+use half::bf16;
+use hip_core::{Device, Event, KernelArg, KernelArgs, LaunchConfig, NullPtr, Stream};
+use rocm_kernels::attention::{self as at, AttnInput, AttnKernel, AttnOptions, AttnOutput, AttnShape};
+
+/// Launches per timing.
+const REPS: usize = 20;
+const HEADS: usize = 32;
+const HEAD_DIM: usize = 128;
+
+/// Compile-time parameter sets: (name, `NAME=VALUE` defines separated by spaces).
+fn configs() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("default", ""),
+        ("mb1", "AT_NV_MIN_BLOCKS=1"),
+        ("mb3", "AT_NV_MIN_BLOCKS=3"),
+        ("bn32", "AT_NV_BN=32"),
+        ("bn32mb3", "AT_NV_BN=32 AT_NV_MIN_BLOCKS=3"),
+        ("w8", "AT_NV_WAVES=8 AT_NV_MIN_BLOCKS=1"),
+        ("w8bn32", "AT_NV_WAVES=8 AT_NV_BN=32 AT_NV_MIN_BLOCKS=1"),
+    ]
+}
+
+/// The value of define `name` in `defines`, or `default`.
+fn define_of(defines: &str, name: &str, default: u32) -> u32 {
+    defines
+        .split(' ')
+        .filter_map(|d| d.split_once('='))
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The kernels' parameter struct (`AttnParams` in attention.hip; mirrors the private `Params` of
+/// `rocm_kernels::attention`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Params {
+    strides: [i64; 16],
+    batch: i64,
+    sq: i64,
+    sk: i64,
+    hq: i64,
+    hkv: i64,
+    total_q: i64,
+    total_k: i64,
+    window_left: i64,
+    window_right: i64,
+    splits_rows: i64,
+    reserved: i64,
+    scale: f32,
+    softcap: f32,
+}
+
+struct ParamsArg(Params);
+
+impl KernelArg for ParamsArg {
+    fn push_arg(&self, args: &mut KernelArgs, _stream: &Stream) -> hip_core::Result<()> {
+        // SAFETY: `Params` is `#[repr(C)]`, 27 i64 then 2 f32 without padding: the layout of
+        // `AttnParams`, which the kernel takes by value at this position.
+        unsafe { args.push_raw(self.0) }
+    }
+}
+
+/// A small deterministic generator (no dependency for a tuning tool).
+struct Lcg(u64);
+impl Lcg {
+    fn uniform(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// Milliseconds per call of `op`, over [`REPS`] calls queued back to back.
+fn time_ms(d: Device, s: &Stream, mut op: impl FnMut()) -> Result<f64, Box<dyn Error>> {
+    op();
+    let start = Event::new(d, true)?;
+    let end = Event::new(d, true)?;
+    start.record(s)?;
+    for _ in 0..REPS {
+        op();
+    }
+    end.record(s)?;
+    end.synchronize()?;
+    Ok(start.elapsed_ms(&end)? as f64 / REPS as f64)
+}
+
+/// Largest absolute difference (NaN counts as infinite).
+fn max_diff(a: &[bf16], b: &[bf16]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x.to_f32() - y.to_f32()).abs())
+        .fold(0f32, |m, e| if e.is_nan() { f32::INFINITY } else { m.max(e) })
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let seq: usize = args.first().map(|a| a.parse()).transpose()?.unwrap_or(4096);
+    let causal = args.get(1).map(|a| a != "full").unwrap_or(true);
+    let d = match Device::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("tune_attention needs a GPU: {e}");
+            return Ok(());
+        }
+    };
+    let s = d.default_stream();
+    println!(
+        "{} ({}); b1 x {seq} x {HEADS} heads x {HEAD_DIM}, bf16, {}",
+        d.properties().name,
+        d.arch(),
+        if causal { "causal" } else { "full" }
+    );
+    let n = seq * HEADS * HEAD_DIM;
+    let mut rng = Lcg(7);
+    let mut host = |scale: f32| -> Vec<bf16> {
+        (0..n).map(|_| bf16::from_f32(rng.uniform() * scale)).collect()
+    };
+    let (hq, hk, hv) = (host(1.0), host(1.0), host(1.0));
+    let (q, k, v) = (
+        s.alloc_from_host(&hq)?,
+        s.alloc_from_host(&hk)?,
+        s.alloc_from_host(&hv)?,
+    );
+    let mut o = s.alloc::<bf16>(n)?;
+    let strides = [n, HEADS * HEAD_DIM, HEAD_DIM];
+    let shape = AttnShape {
+        batch: 1,
+        seq_q: seq,
+        seq_k: seq,
+        heads_q: HEADS,
+        heads_kv: HEADS,
+        head_dim: HEAD_DIM,
+    };
+    let scale = 1.0 / (HEAD_DIM as f32).sqrt();
+    let flops = 4.0 * (seq * seq * HEADS * HEAD_DIM) as f64 * if causal { 0.5 } else { 1.0 };
+    let run = |kernel: AttnKernel, o: &mut hip_core::DeviceBuffer<bf16>| {
+        let opts = AttnOptions {
+            kernel,
+            ..AttnOptions::new(scale, causal)
+        };
+        at::attention(
+            &s,
+            &shape,
+            &opts,
+            AttnInput {
+                data: q.as_slice(),
+                strides,
+            },
+            AttnInput {
+                data: k.as_slice(),
+                strides,
+            },
+            AttnInput {
+                data: v.as_slice(),
+                strides,
+            },
+            None,
+            AttnOutput {
+                data: &mut o.as_mut_slice(),
+                strides,
+            },
+        )
+        .unwrap();
+    };
+    let mut reference = s.alloc::<bf16>(n)?;
+    run(AttnKernel::Portable, &mut reference);
+    let want = reference.to_host_vec()?;
+    for (name, kernel) in [
+        ("portable", AttnKernel::Portable),
+        ("committed", AttnKernel::Matrix),
+    ] {
+        let ms = time_ms(d, &s, || run(kernel, &mut o))?;
+        let err = max_diff(&o.to_host_vec()?, &want);
+        println!(
+            "{name:9} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e})",
+            ms,
+            flops / ms / 1e9
+        );
+    }
+
+    let source = rocm_kernels::modules::variant_full_source("attention", "bf16")
+        .ok_or("no attention module source")?;
+    // Only the tuned kernel's instantiation line stays (faster compiles).
+    let source: String = source
+        .split_inclusive('\n')
+        .map(|l| {
+            let inst = l.starts_with("AT_PREFILL(") || l.starts_with("AT_DECODE(")
+                || l.starts_with("AT_PREFILL_MMA(");
+            if inst && !l.starts_with("AT_PREFILL_MMA(bf16, bf16, 128,") {
+                "\n"
+            } else {
+                l
+            }
+        })
+        .collect();
+    let p = Params {
+        strides: [
+            n as i64,
+            (HEADS * HEAD_DIM) as i64,
+            HEAD_DIM as i64,
+            n as i64,
+            (HEADS * HEAD_DIM) as i64,
+            HEAD_DIM as i64,
+            n as i64,
+            (HEADS * HEAD_DIM) as i64,
+            HEAD_DIM as i64,
+            n as i64,
+            (HEADS * HEAD_DIM) as i64,
+            HEAD_DIM as i64,
+            0,
+            0,
+            0,
+            0,
+        ],
+        batch: 1,
+        sq: seq as i64,
+        sk: seq as i64,
+        hq: HEADS as i64,
+        hkv: HEADS as i64,
+        total_q: seq as i64,
+        total_k: seq as i64,
+        window_left: -1,
+        window_right: if causal { 0 } else { -1 },
+        scale,
+        ..Params::default()
+    };
+    for (name, defines) in configs() {
+        let lines: String = defines
+            .split(' ')
+            .filter_map(|d| d.split_once('='))
+            .map(|(n, v)| format!("#define {n} {v}\n"))
+            .collect();
+        let t = std::time::Instant::now();
+        let module = match d.compile(
+            &format!("tune_attn_{name}"),
+            &format!("{lines}{source}"),
+            &rocm_kernels::modules::compile_options(),
+        ) {
+            Ok(m) => m,
+            Err(e) => {
+                println!("{name}: compile failed: {e}");
+                continue;
+            }
+        };
+        let f = module.function("attn_prefill_mma_bf16_d128")?;
+        let a = f.attributes();
+        let waves = define_of(defines, "AT_NV_WAVES", 4);
+        let rows = 16 * waves as usize;
+        let cfg = LaunchConfig {
+            grid: [seq.div_ceil(rows) as u32, HEADS as u32, 1],
+            block: [32 * waves, 1, 1],
+            shared_mem_bytes: 0,
+        };
+        o.as_mut_slice().memset_async(0xFF)?;
+        let mut launch = || {
+            let mut out = o.as_mut_slice();
+            let b = f
+                .builder(&s, cfg)
+                .arg(ParamsArg(p))
+                .arg(q.as_slice())
+                .arg(k.as_slice())
+                .arg(v.as_slice())
+                .arg(NullPtr)
+                .arg(NullPtr)
+                .arg(NullPtr)
+                .arg(&mut out);
+            // SAFETY: the kernel's contract (kernels/attention.hip): q, k, v and o hold
+            // 1 x seq x HEADS x HEAD_DIM elements at the strides in `p`; no mask, no offsets
+            // (so the error record is never touched).
+            unsafe { b.arg(NullPtr).launch().unwrap() };
+        };
+        let ms = time_ms(d, &s, &mut launch)?;
+        let err = max_diff(&o.to_host_vec()?, &want);
+        println!(
+            "{name:9} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e}; {} registers, {} local bytes, compiled in {:.1}s)",
+            ms,
+            flops / ms / 1e9,
+            a.num_regs,
+            a.local_size_bytes,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
