@@ -273,6 +273,7 @@ impl<'a> LaunchBuilder<'a> {
             &self.config,
             device.properties(),
             self.function.attributes(),
+            self.function.dynamic_shared_allowed(),
             self.function.name(),
         )
     }
@@ -322,10 +323,13 @@ impl<'a> LaunchBuilder<'a> {
 }
 
 /// Checks a launch configuration against device and kernel limits.
+/// `dynamic_shared_allowed` is what [`Function::allow_dynamic_shared`] granted the kernel (0 if
+/// never called): a launch may exceed the device's default per-block limit up to it.
 pub(crate) fn validate_config(
     config: &LaunchConfig,
     props: &crate::DeviceProperties,
     attrs: &crate::FunctionAttributes,
+    dynamic_shared_allowed: usize,
     name: &str,
 ) -> Result<()> {
     let fail = |reason: String| {
@@ -361,10 +365,12 @@ pub(crate) fn validate_config(
         ));
     }
     let shared = config.shared_mem_bytes as usize + attrs.shared_size_bytes;
-    if props.shared_memory_per_block > 0 && shared > props.shared_memory_per_block {
+    let limit = props
+        .shared_memory_per_block
+        .max(dynamic_shared_allowed + attrs.shared_size_bytes);
+    if props.shared_memory_per_block > 0 && shared > limit {
         return fail(format!(
-            "{shared} bytes of shared memory per block exceed the limit of {}",
-            props.shared_memory_per_block
+            "{shared} bytes of shared memory per block exceed the limit of {limit}"
         ));
     }
     Ok(())
@@ -469,9 +475,9 @@ mod tests {
             ..Default::default()
         };
         let ok = LaunchConfig::for_elements(10, 256);
-        assert!(validate_config(&ok, &props(), &attrs, "k").is_ok());
+        assert!(validate_config(&ok, &props(), &attrs, 0, "k").is_ok());
         let too_many = LaunchConfig::for_elements(10, 512);
-        let e = validate_config(&too_many, &props(), &attrs, "k")
+        let e = validate_config(&too_many, &props(), &attrs, 0, "k")
             .unwrap_err()
             .to_string();
         assert!(
@@ -480,12 +486,15 @@ mod tests {
         );
         let mut zero = ok;
         zero.grid = [0, 1, 1];
-        assert!(validate_config(&zero, &props(), &attrs, "k").is_err());
+        assert!(validate_config(&zero, &props(), &attrs, 0, "k").is_err());
         let mut shared = ok;
         shared.shared_mem_bytes = 70000;
-        assert!(validate_config(&shared, &props(), &attrs, "k").is_err());
+        assert!(validate_config(&shared, &props(), &attrs, 0, "k").is_err());
+        // Allowed beyond the default limit by `Function::allow_dynamic_shared`.
+        assert!(validate_config(&shared, &props(), &attrs, 70000, "k").is_ok());
+        assert!(validate_config(&shared, &props(), &attrs, 69999, "k").is_err());
         let mut grid_y = ok;
         grid_y.grid = [1, 70000, 1];
-        assert!(validate_config(&grid_y, &props(), &attrs, "k").is_err());
+        assert!(validate_config(&grid_y, &props(), &attrs, 0, "k").is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! Modules (loaded code objects) and the kernels in them.
 
 use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::device::Device;
@@ -73,6 +74,7 @@ impl Module {
             raw,
             name: Arc::from(name),
             attributes,
+            dynamic_shared: Arc::new(AtomicU32::new(0)),
         })
     }
 }
@@ -109,6 +111,8 @@ pub struct Function {
     /// Shared: clones of a Function (one per launch from the kernel caches) copy no string.
     name: Arc<str>,
     attributes: FunctionAttributes,
+    /// The dynamic shared memory launches may ask for, as last granted (shared by clones).
+    dynamic_shared: Arc<AtomicU32>,
 }
 
 impl Function {
@@ -125,6 +129,27 @@ impl Function {
     /// Resource attributes (registers, shared and local memory, max threads per block).
     pub fn attributes(&self) -> &FunctionAttributes {
         &self.attributes
+    }
+
+    /// Lets launches of this kernel ask for up to `bytes` of dynamic shared memory: NVIDIA needs
+    /// this opt-in above 48 KiB per block (up to the device's per-block maximum, else an error);
+    /// on AMD it is a no-op. Cheap after the first call for a size (one atomic load).
+    pub fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        if self.dynamic_shared.load(Ordering::Acquire) >= bytes {
+            return Ok(());
+        }
+        let device = self.module.device;
+        device.make_current()?;
+        // SAFETY: the function's module is alive while `self` is.
+        unsafe { device.driver().function_allow_dynamic_shared(self.raw, bytes) }
+            .context(|| format!("allowing {bytes} bytes of shared memory for `{}`", self.name))?;
+        self.dynamic_shared.fetch_max(bytes, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The dynamic shared memory granted by [`Function::allow_dynamic_shared`] (0 if never).
+    pub(crate) fn dynamic_shared_allowed(&self) -> usize {
+        self.dynamic_shared.load(Ordering::Acquire) as usize
     }
 
     pub(crate) fn raw(&self) -> RawFunction {

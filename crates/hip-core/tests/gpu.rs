@@ -28,6 +28,16 @@ extern "C" __global__ void slow_add_one(const unsigned* in, unsigned* out, unsig
     if (i < n) out[i] = in[i] + 1u;
 }
 
+// Block b writes its `n` u32 of dynamic shared memory with b * n + i, then out[b * n + i] reads
+// them back reversed within the block (every shared byte written and read).
+extern "C" __global__ void shared_reverse(unsigned* out, unsigned n) {
+    HIP_DYNAMIC_SHARED(unsigned, buf)
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) buf[i] = blockIdx.x * n + i;
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
+        out[blockIdx.x * n + i] = buf[n - 1 - i];
+}
+
 extern "C" __global__ void scale_f32(float* x, float a, unsigned long long n) {
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= a;
@@ -67,6 +77,50 @@ fn launch_fill(f: &Function, stream: &Stream, out: &mut DeviceBuffer<u32>, value
             .launch()
             .unwrap();
     }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn dynamic_shared_memory_beyond_48_kib_once_allowed() {
+    let _g = shared();
+    let d = device();
+    let s = d.default_stream();
+    let f = kernels(&d).function("shared_reverse").unwrap();
+    // 64 KiB: above NVIDIA's default per-block limit, within AMD's LDS per workgroup.
+    let words = 16 * 1024u32;
+    let bytes = words * 4;
+    let blocks = 3u32;
+    let mut out = s.alloc::<u32>((blocks * words) as usize).unwrap();
+    let config = LaunchConfig {
+        grid: [blocks, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: bytes,
+    };
+    let limit = d.properties().shared_memory_per_block;
+    if (bytes as usize) > limit {
+        // Before the opt-in the launch is refused with the limit named.
+        let e = f.builder(&s, config).arg(&mut out).arg(words).validate().unwrap_err();
+        assert!(e.to_string().contains("shared memory per block exceed"), "{e}");
+    }
+    f.allow_dynamic_shared(bytes).unwrap();
+    // SAFETY: shared_reverse takes (unsigned*, unsigned) and writes out[0..blocks * n) with
+    // `n` u32 of dynamic shared memory per block.
+    unsafe {
+        f.builder(&s, config)
+            .arg(&mut out)
+            .arg(words)
+            .launch()
+            .unwrap()
+    };
+    let got = out.to_host_vec().unwrap();
+    for b in 0..blocks {
+        for i in 0..words {
+            let want = b * words + (words - 1 - i);
+            assert_eq!(got[(b * words + i) as usize], want, "block {b}, word {i}");
+        }
+    }
+    // A bound far past any device's shared memory is an error, not a fault.
+    assert!(f.allow_dynamic_shared(u32::MAX / 2).is_err() || d.platform() == hip_core::Platform::Amd);
 }
 
 /// Deterministic pseudo-random data (fixed seed, printed on failure by the callers' messages).

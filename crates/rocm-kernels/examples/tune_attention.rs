@@ -24,12 +24,9 @@ const HEAD_DIM: usize = 128;
 fn configs() -> Vec<(&'static str, &'static str)> {
     vec![
         ("default", ""),
-        ("mb1", "AT_NV_MIN_BLOCKS=1"),
-        ("mb3", "AT_NV_MIN_BLOCKS=3"),
+        ("rt1", "AT_NV_RT=1 AT_NV_MIN_BLOCKS=2"),
         ("bn32", "AT_NV_BN=32"),
-        ("bn32mb3", "AT_NV_BN=32 AT_NV_MIN_BLOCKS=3"),
-        ("w8", "AT_NV_WAVES=8 AT_NV_MIN_BLOCKS=1"),
-        ("w8bn32", "AT_NV_WAVES=8 AT_NV_BN=32 AT_NV_MIN_BLOCKS=1"),
+        ("w8bn32", "AT_NV_WAVES=8 AT_NV_BN=32"),
     ]
 }
 
@@ -261,11 +258,21 @@ fn main() -> Result<(), Box<dyn Error>> {
         let f = module.function("attn_prefill_mma_bf16_d128")?;
         let a = f.attributes();
         let waves = define_of(defines, "AT_NV_WAVES", 4);
-        let rows = 16 * waves as usize;
+        let row_tiles = define_of(defines, "AT_NV_RT", 2);
+        let keys = define_of(defines, "AT_NV_BN", 64);
+        let rows = (16 * row_tiles * waves) as usize;
+        // AT_NV_SHARED in attention.hip.
+        let shared = (2 * keys + if row_tiles > 1 { rows as u32 } else { 0 })
+            * (HEAD_DIM as u32 + 8)
+            * 2;
+        if let Err(e) = f.allow_dynamic_shared(shared) {
+            println!("{name}: {shared} bytes of shared memory refused: {e}");
+            continue;
+        }
         let cfg = LaunchConfig {
             grid: [seq.div_ceil(rows) as u32, HEADS as u32, 1],
             block: [32 * waves, 1, 1],
-            shared_mem_bytes: 0,
+            shared_mem_bytes: shared,
         };
         o.as_mut_slice().memset_async(0xFF)?;
         let mut launch = || {

@@ -749,8 +749,17 @@ __device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __r
 #define AT_NV_BN 64
 #endif
 #ifndef AT_NV_MIN_BLOCKS
-#define AT_NV_MIN_BLOCKS 2
+#define AT_NV_MIN_BLOCKS 1
 #endif
+#ifndef AT_NV_RT
+#define AT_NV_RT 2
+#endif
+
+// A compile-time flag as a type (for generic lambdas).
+template <bool B>
+struct at_nv_bool {
+    static constexpr bool value = B;
+};
 
 // The shared-memory address of a generic pointer into shared memory.
 __device__ __forceinline__ u32 at_nv_smem(const void* p) {
@@ -821,31 +830,44 @@ __device__ __forceinline__ u32 at_nv_pack(float lo, float hi) {
     return r;
 }
 
-// Rows [j0, j0 + BN) of a K or V head (row stride `ss`) into a shared tile of pitch P elements.
-template <typename T, int D, int BN, int P, int NTHREADS>
-__device__ __forceinline__ void at_nv_load_tile(u32 tile, const T* src, i64 ss, i64 j0, i64 sk,
+// Rows [j0, j0 + ROWS) of a head (row stride `ss`, rows at or past `n` zero-filled) into a
+// shared tile of pitch P elements, asynchronously (the caller commits the copy group).
+template <typename T, int D, int ROWS, int P, int NTHREADS>
+__device__ __forceinline__ void at_nv_load_rows(u32 tile, const T* src, i64 ss, int j0, int n,
                                                 int tid) {
     constexpr int CH = D / 8;  // 16-byte chunks per row
 #pragma unroll
-    for (int e = tid; e < BN * CH; e += NTHREADS) {
+    for (int e = tid; e < ROWS * CH; e += NTHREADS) {
         const int r = e / CH, c = (e % CH) * 8;
-        const bool in = j0 + r < sk;
-        at_nv_cp16(tile + (u32)(r * P + c) * 2u, src + (in ? (j0 + r) * ss : 0) + c, in ? 16u : 0u);
+        const bool in = j0 + r < n;
+        at_nv_cp16(tile + (u32)(r * P + c) * 2u, src + (in ? (i64)(j0 + r) * ss : 0) + c,
+                   in ? 16u : 0u);
     }
-    at_nv_cp_commit();
 }
 
-template <typename T, int D, int WAVES, int BN>
+// Dynamic shared memory of at_prefill_nv, in bytes: the K and V tiles, and the Q tile where
+// the warps keep Q in shared memory (RT > 1). Mirrored by `nv_prefill_shared_bytes` in
+// attention.rs.
+#define AT_NV_SHARED(T, D, WAVES, BN, RT) \
+    ((2 * (BN) + ((RT) > 1 ? 16 * (RT) * (WAVES) : 0)) * ((D) + 8) * (int)sizeof(T))
+
+template <typename T, int D, int WAVES, int BN, int RT>
 __device__ __forceinline__ void at_prefill_nv(const AttnParams& p, const T* __restrict__ q,
                                               const T* __restrict__ k, const T* __restrict__ v,
                                               const T* __restrict__ mask, const u32* cu_q,
                                               const u32* cu_k, T* __restrict__ o, u32* err) {
-    constexpr int BM = 16 * WAVES;
+    constexpr int WR = 16 * RT;  // rows per warp
+    constexpr int BM = WR * WAVES;
     constexpr int P = D + 8;  // row pitch: 16 bytes of padding
     constexpr int DK = D / 16, DN = D / 8, NN = BN / 8, KC = BN / 16;
     constexpr int NTHREADS = 32 * WAVES;
-    __shared__ __attribute__((aligned(128))) T ks[BN * P];
-    __shared__ __attribute__((aligned(128))) T vs[BN * P];
+    // With one row tile per warp Q's fragments stay in registers; with more, in shared memory
+    // (reloaded per key tile, as the registers hold RT accumulators).
+    constexpr bool Q_SHARED = RT > 1;
+    extern __shared__ __attribute__((aligned(128))) unsigned char at_nv_dyn[];
+    T* ks = reinterpret_cast<T*>(at_nv_dyn);
+    T* vs = ks + BN * P;
+    T* qs = vs + BN * P;
 
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -853,157 +875,201 @@ __device__ __forceinline__ void at_prefill_nv(const AttnParams& p, const T* __re
     const u32 hk = h / (u32)(p.hq / p.hkv);
     i64 q0, sq, k0, sk;
     if (!at_bounds(p, cu_q, cu_k, err, b, &q0, &sq, &k0, &sk)) return;
-    const i64 shift = sk - sq;
-    const T* qb = q + (i64)b * p.q_sb + (i64)h * p.q_sh + q0 * p.q_ss;
+    // Rows and keys as 32-bit ints (the launcher keeps both below 2^30).
+    const int nq = (int)sq, nk = (int)sk, shift = nk - nq;
+    // (q, the output and the mask are addressed where they are used, so that their pointers
+    // do not stay live across the key loop.)
     const T* kb = k + (i64)b * p.k_sb + (i64)hk * p.k_sh + k0 * p.k_ss;
     const T* vb = v + (i64)b * p.v_sb + (i64)hk * p.v_sh + k0 * p.v_ss;
-    T* ob = o + (i64)b * p.o_sb + (i64)h * p.o_sh + q0 * p.o_ss;
-    const T* mb = mask == nullptr ? nullptr : mask + (i64)b * p.m_sb + (i64)h * p.m_sh;
-    const bool plain = mb == nullptr && !(p.softcap > 0.0f);
+    const bool plain = mask == nullptr && !(p.softcap > 0.0f);
     const float scale_log2 = p.scale * AT_LOG2E;
 
-    const u32 ks_addr = at_nv_smem(ks), vs_addr = at_nv_smem(vs);
-    // ldmatrix row addresses (bytes from a 16-key x 16-column block's corner). K: matrices
+    const u32 ks_addr = at_nv_smem(ks), vs_addr = at_nv_smem(vs), qs_addr = at_nv_smem(qs);
+    // ldmatrix row addresses (bytes from a 16-row x 16-column block's corner). K: matrices
     // (keys +0, cols +0), (+0, +8), (+8, +0), (+8, +8) = b0, b1 of two n8 key tiles. V (trans):
-    // (keys +0, cols +0), (+8, +0), (+0, +8), (+8, +8) = b0, b1 of two n8 column tiles.
+    // (keys +0, cols +0), (+8, +0), (+0, +8), (+8, +8) = b0, b1 of two n8 column tiles. Q: the
+    // same matrices as V (untransposed) = a0, a1, a2, a3 of one A operand.
     const u32 k_lane = (u32)(((lane & 7) + 8 * (lane >> 4)) * P + 8 * ((lane >> 3) & 1)) * 2u;
     const u32 v_lane = (u32)(((lane & 7) + 8 * ((lane >> 3) & 1)) * P + 8 * (lane >> 4)) * 2u;
 
     // Heavier (later, under a causal mask) query tiles first.
-    for (i64 qt = (i64)gridDim.x - 1 - blockIdx.x; qt * BM < sq; qt += gridDim.x) {
-        const i64 i0 = qt * BM;
-        const i64 i_last = (i0 + BM < sq ? i0 + BM : sq) - 1;
-        const i64 k_begin = at_key_lo(p, i0, shift);
-        const i64 k_end = at_key_hi(p, i_last, shift, sk);
-        const i64 wr0 = i0 + 16 * w;  // the warp's first row
-        const bool w_rows = wr0 < sq;
-        const i64 w_last = (wr0 + 15 < sq ? wr0 + 15 : sq - 1);
-        // The keys the warp's rows see at all, and those every one of its rows sees.
-        const i64 w_lo = w_rows ? at_key_lo(p, wr0, shift) : 0;
-        const i64 w_hi = w_rows ? at_key_hi(p, w_last, shift, sk) : 0;
-        const i64 w_all_lo = w_rows ? at_key_lo(p, w_last, shift) : 0;
-        const i64 w_all_hi = w_rows ? at_key_hi(p, wr0, shift, sk) : 0;
+    for (int qt = (int)gridDim.x - 1 - (int)blockIdx.x; qt * BM < nq; qt += (int)gridDim.x) {
+        const int i0 = qt * BM;
+        const int i_last = (i0 + BM < nq ? i0 + BM : nq) - 1;
+        const int k_begin = (int)at_key_lo(p, i0, shift);
+        const int k_end = (int)at_key_hi(p, i_last, shift, nk);
+        const int wr0 = i0 + WR * w;  // the warp's first row
+        const bool w_rows = wr0 < nq;
+        const int w_last = (wr0 + WR - 1 < nq ? wr0 + WR - 1 : nq - 1);
+        // The keys the warp's rows see at all.
+        const int w_lo = w_rows ? (int)at_key_lo(p, wr0, shift) : 0;
+        const int w_hi = w_rows ? (int)at_key_hi(p, w_last, shift, nk) : 0;
 
-        // Q fragments (A operands, one per 16 columns) from global memory; rows past the
-        // sequence read as zero.
-        u32 qf[DK][4];
-        {
-            const i64 r0 = wr0 + g, r1 = wr0 + g + 8;
+        __syncthreads();  // the previous query tile's readers are done with the shared tiles
+        const int j_first = (k_begin / BN) * BN;
+        // Q's fragments (A operands, one per 16 columns): from global memory into registers, or
+        // the block's Q tile into shared memory (in the first K tile's copy group). Rows past
+        // the sequence read as zero.
+        u32 qf[Q_SHARED ? 1 : DK][4];
+        const T* qb = q + (i64)b * p.q_sb + (i64)h * p.q_sh + q0 * p.q_ss;
+        if constexpr (Q_SHARED) {
+            at_nv_load_rows<T, D, BM, P, NTHREADS>(qs_addr, qb, p.q_ss, i0, nq, tid);
+        } else {
+            const int r0 = wr0 + g, r1 = wr0 + g + 8;
 #pragma unroll
             for (int kk = 0; kk < DK; ++kk) {
                 const int c = kk * 16 + 2 * t4;
-                qf[kk][0] = r0 < sq ? *(const u32*)(qb + r0 * p.q_ss + c) : 0u;
-                qf[kk][1] = r1 < sq ? *(const u32*)(qb + r1 * p.q_ss + c) : 0u;
-                qf[kk][2] = r0 < sq ? *(const u32*)(qb + r0 * p.q_ss + c + 8) : 0u;
-                qf[kk][3] = r1 < sq ? *(const u32*)(qb + r1 * p.q_ss + c + 8) : 0u;
+                qf[kk][0] = r0 < nq ? *(const u32*)(qb + r0 * p.q_ss + c) : 0u;
+                qf[kk][1] = r1 < nq ? *(const u32*)(qb + r1 * p.q_ss + c) : 0u;
+                qf[kk][2] = r0 < nq ? *(const u32*)(qb + r0 * p.q_ss + c + 8) : 0u;
+                qf[kk][3] = r1 < nq ? *(const u32*)(qb + r1 * p.q_ss + c + 8) : 0u;
             }
         }
-
-        float acc[DN][4];
-#pragma unroll
-        for (int dn = 0; dn < DN; ++dn)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[dn][i] = 0.0f;
-        float m[2] = {AT_NEG_INF, AT_NEG_INF}, l[2] = {0.0f, 0.0f};
-
-        __syncthreads();  // the previous query tile's readers are done with ks and vs
-        const i64 j_first = (k_begin / BN) * BN;
         if (j_first < k_end)
-            at_nv_load_tile<T, D, BN, P, NTHREADS>(ks_addr, kb, p.k_ss, j_first, sk, tid);
+            at_nv_load_rows<T, D, BN, P, NTHREADS>(ks_addr, kb, p.k_ss, j_first, nk, tid);
+        at_nv_cp_commit();
 
-        for (i64 j0 = j_first; j0 < k_end; j0 += BN) {
+        float acc[RT][DN][4];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+            for (int dn = 0; dn < DN; ++dn)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[rt][dn][i] = 0.0f;
+        float m[RT][2], l[RT][2];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+            m[rt][0] = m[rt][1] = AT_NEG_INF;
+            l[rt][0] = l[rt][1] = 0.0f;
+        }
+
+        // One key tile. MASKED (a block-uniform choice) checks every logit against the rows'
+        // key ranges, the mask and the softcap; otherwise every row of the block sees every key
+        // of the tile, the logits are the scaled dot products and the scale is applied in the
+        // exponent's multiply-add. Two bodies, so that the common one carries no masking state.
+        auto tile = [&](int j0, auto masked_tag) {
+            constexpr bool MASKED = decltype(masked_tag)::value;
             at_nv_cp_wait_all();
-            __syncthreads();  // K[j0] is in; every warp is done with the previous V
-            at_nv_load_tile<T, D, BN, P, NTHREADS>(vs_addr, vb, p.v_ss, j0, sk, tid);
+            __syncthreads();  // K[j0] (and Q) are in; every warp is done with the previous V
+            at_nv_load_rows<T, D, BN, P, NTHREADS>(vs_addr, vb, p.v_ss, j0, nk, tid);
+            at_nv_cp_commit();
 
-            const bool active = w_rows && j0 < w_hi && j0 + BN > w_lo;
-            const bool full = plain && j0 + BN <= sk && w_all_lo <= j0 && w_all_hi >= j0 + BN;
-            float s[NN][4];
-            u32 pa[KC][4];
+            const bool active = MASKED ? w_rows && j0 < w_hi && j0 + BN > w_lo : w_rows;
+            u32 pa[RT][KC][4];
             if (active) {
+                float s[RT][NN][4];
 #pragma unroll
-                for (int n = 0; n < NN; ++n)
+                for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+                    for (int n = 0; n < NN; ++n)
 #pragma unroll
-                for (int kk = 0; kk < DK; ++kk)
+                        for (int i = 0; i < 4; ++i) s[rt][n][i] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < DK; ++kk) {
+                    u32 qa[RT][4];
+#pragma unroll
+                    for (int rt = 0; rt < RT; ++rt) {
+                        if constexpr (Q_SHARED) {
+                            at_nv_ldsm4(qs_addr + (u32)((WR * w + 16 * rt) * P + kk * 16) * 2u +
+                                            v_lane,
+                                        qa[rt][0], qa[rt][1], qa[rt][2], qa[rt][3]);
+                        } else {
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) qa[rt][i] = qf[kk][i];
+                        }
+                    }
 #pragma unroll
                     for (int np = 0; np < NN / 2; ++np) {
                         u32 b0, b1, b2, b3;
                         at_nv_ldsm4(ks_addr + (u32)(np * 16 * P + kk * 16) * 2u + k_lane, b0, b1,
                                     b2, b3);
-                        at_nv_mma<T>(s[2 * np], qf[kk], b0, b1);
-                        at_nv_mma<T>(s[2 * np + 1], qf[kk], b2, b3);
-                    }
-
-                // Logits (base 2) and the tile's row maxima; slot 0 is row g, slot 1 row g + 8.
-                float mx[2] = {AT_NEG_INF, AT_NEG_INF};
-                if (full) {
 #pragma unroll
-                    for (int n = 0; n < NN; ++n)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            s[n][i] *= scale_log2;
-                            mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
+                        for (int rt = 0; rt < RT; ++rt) {
+                            at_nv_mma<T>(s[rt][2 * np], qa[rt], b0, b1);
+                            at_nv_mma<T>(s[rt][2 * np + 1], qa[rt], b2, b3);
                         }
-                } else {
+                    }
+                }
+
 #pragma unroll
-                    for (int sl = 0; sl < 2; ++sl) {
-                        const i64 r = wr0 + g + 8 * sl;
-                        const i64 lo = at_key_lo(p, r, shift) - j0;
-                        const i64 hi = r < sq ? at_key_hi(p, r, shift, sk) - j0 : 0;
+                for (int rt = 0; rt < RT; ++rt) {
+                    // Logits (base 2) and the tile's row maxima; slot 0 is row g, slot 1 row
+                    // g + 8 of the row tile.
+                    float mx[2] = {AT_NEG_INF, AT_NEG_INF};
+                    if constexpr (!MASKED) {
+                        // Raw maxima (the scale is positive here); the scale is applied in the
+                        // exponent's multiply-add below.
 #pragma unroll
                         for (int n = 0; n < NN; ++n)
 #pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                const int jr = n * 8 + 2 * t4 + e;
-                                const bool seen = jr >= lo && jr < hi;
-                                float mv = 0.0f;
-                                if (seen && mb != nullptr)
-                                    mv = rk_to_compute(mb[r * p.m_sq + (j0 + jr) * p.m_sk]);
-                                const float x =
-                                    seen ? at_logit(p, s[n][2 * sl + e], mv) : AT_NEG_INF;
-                                s[n][2 * sl + e] = x;
-                                mx[sl] = fmaxf(mx[sl], x);
-                            }
+                            for (int i = 0; i < 4; ++i) mx[i >> 1] = fmaxf(mx[i >> 1], s[rt][n][i]);
+                        mx[0] *= scale_log2;
+                        mx[1] *= scale_log2;
+                    } else {
+#pragma unroll
+                        for (int sl = 0; sl < 2; ++sl) {
+                            const int r = wr0 + 16 * rt + g + 8 * sl;
+                            const T* mr = mask == nullptr
+                                              ? nullptr
+                                              : mask + (i64)b * p.m_sb + (i64)h * p.m_sh +
+                                                    (i64)r * p.m_sq + (i64)j0 * p.m_sk;
+                            const int lo = (int)at_key_lo(p, r, shift) - j0;
+                            const int hi = r < nq ? (int)at_key_hi(p, r, shift, nk) - j0 : 0;
+#pragma unroll
+                            for (int n = 0; n < NN; ++n)
+#pragma unroll
+                                for (int e = 0; e < 2; ++e) {
+                                    const int jr = n * 8 + 2 * t4 + e;
+                                    const bool seen = jr >= lo && jr < hi;
+                                    float mv = 0.0f;
+                                    if (seen && mr != nullptr) mv = rk_to_compute(mr[jr * p.m_sk]);
+                                    const float x =
+                                        seen ? at_logit(p, s[rt][n][2 * sl + e], mv) : AT_NEG_INF;
+                                    s[rt][n][2 * sl + e] = x;
+                                    mx[sl] = fmaxf(mx[sl], x);
+                                }
+                        }
                     }
-                }
-                float base[2];
+                    float base[2];
 #pragma unroll
-                for (int sl = 0; sl < 2; ++sl) {
-                    float t = mx[sl];
-                    t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
-                    t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
-                    const float m_new = fmaxf(m[sl], t);
-                    base[sl] = m_new == AT_NEG_INF ? 0.0f : m_new;
-                    const float alpha = at_nv_exp2(m[sl] - base[sl]);
-                    m[sl] = m_new;
-                    l[sl] *= alpha;
+                    for (int sl = 0; sl < 2; ++sl) {
+                        float t = mx[sl];
+                        t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
+                        t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
+                        const float m_new = fmaxf(m[rt][sl], t);
+                        base[sl] = m_new == AT_NEG_INF ? 0.0f : m_new;
+                        const float alpha = at_nv_exp2(m[rt][sl] - base[sl]);
+                        m[rt][sl] = m_new;
+                        l[rt][sl] *= alpha;
 #pragma unroll
-                    for (int dn = 0; dn < DN; ++dn) {
-                        acc[dn][2 * sl] *= alpha;
-                        acc[dn][2 * sl + 1] *= alpha;
+                        for (int dn = 0; dn < DN; ++dn) {
+                            acc[rt][dn][2 * sl] *= alpha;
+                            acc[rt][dn][2 * sl + 1] *= alpha;
+                        }
                     }
-                }
-                // Probabilities, packed as the A operands of P V: key tiles 2c and 2c + 1 make
-                // the 16 keys of operand c.
+                    // Probabilities, packed as the A operands of P V: key tiles 2c and 2c + 1
+                    // make the 16 keys of operand c. Unmasked tiles hold raw dot products.
+                    const float mul = MASKED ? 1.0f : scale_log2;
 #pragma unroll
-                for (int n = 0; n < NN; ++n) {
-                    const float p0 = at_nv_exp2(s[n][0] - base[0]);
-                    const float p1 = at_nv_exp2(s[n][1] - base[0]);
-                    const float p2 = at_nv_exp2(s[n][2] - base[1]);
-                    const float p3 = at_nv_exp2(s[n][3] - base[1]);
-                    l[0] += p0 + p1;
-                    l[1] += p2 + p3;
-                    pa[n >> 1][2 * (n & 1)] = at_nv_pack<T>(p0, p1);
-                    pa[n >> 1][2 * (n & 1) + 1] = at_nv_pack<T>(p2, p3);
+                    for (int n = 0; n < NN; ++n) {
+                        const float p0 = at_nv_exp2(fmaf(s[rt][n][0], mul, -base[0]));
+                        const float p1 = at_nv_exp2(fmaf(s[rt][n][1], mul, -base[0]));
+                        const float p2 = at_nv_exp2(fmaf(s[rt][n][2], mul, -base[1]));
+                        const float p3 = at_nv_exp2(fmaf(s[rt][n][3], mul, -base[1]));
+                        l[rt][0] += p0 + p1;
+                        l[rt][1] += p2 + p3;
+                        pa[rt][n >> 1][2 * (n & 1)] = at_nv_pack<T>(p0, p1);
+                        pa[rt][n >> 1][2 * (n & 1) + 1] = at_nv_pack<T>(p2, p3);
+                    }
                 }
             }
 
             at_nv_cp_wait_all();
             __syncthreads();  // V[j0] is in; every warp is done with K[j0]
-            if (j0 + BN < k_end)
-                at_nv_load_tile<T, D, BN, P, NTHREADS>(ks_addr, kb, p.k_ss, j0 + BN, sk, tid);
+            if (j0 + BN < k_end) {
+                at_nv_load_rows<T, D, BN, P, NTHREADS>(ks_addr, kb, p.k_ss, j0 + BN, nk, tid);
+                at_nv_cp_commit();
+            }
 
             if (active) {
 #pragma unroll
@@ -1013,28 +1079,43 @@ __device__ __forceinline__ void at_prefill_nv(const AttnParams& p, const T* __re
                         u32 b0, b1, b2, b3;
                         at_nv_ldsm4_t(vs_addr + (u32)(c * 16 * P + dp * 16) * 2u + v_lane, b0, b1,
                                       b2, b3);
-                        at_nv_mma<T>(acc[2 * dp], pa[c], b0, b1);
-                        at_nv_mma<T>(acc[2 * dp + 1], pa[c], b2, b3);
+#pragma unroll
+                        for (int rt = 0; rt < RT; ++rt) {
+                            at_nv_mma<T>(acc[rt][2 * dp], pa[rt][c], b0, b1);
+                            at_nv_mma<T>(acc[rt][2 * dp + 1], pa[rt][c], b2, b3);
+                        }
                     }
             }
+        };
+        // Tiles every row of the block sees whole: [full_lo, full_hi).
+        const int full_lo = (int)at_key_lo(p, i_last, shift);
+        const int full_hi = (int)at_key_hi(p, i0, shift, nk);
+        const bool unmasked = plain && scale_log2 > 0.0f;
+        for (int j0 = j_first; j0 < k_end; j0 += BN) {
+            if (unmasked && full_lo <= j0 && j0 + BN <= full_hi)
+                tile(j0, at_nv_bool<false>());
+            else
+                tile(j0, at_nv_bool<true>());
         }
+        at_nv_cp_wait_all();  // a Q copy of a tile without keys
 
 #pragma unroll
-        for (int sl = 0; sl < 2; ++sl) {
-            l[sl] += __shfl_xor_sync(0xffffffffu, l[sl], 1);
-            l[sl] += __shfl_xor_sync(0xffffffffu, l[sl], 2);
-        }
+        for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-        for (int sl = 0; sl < 2; ++sl) {
-            const i64 r = wr0 + g + 8 * sl;
-            if (r >= sq) continue;
-            const float inv = l[sl] > 0.0f ? 1.0f / l[sl] : 0.0f;
-            T* orow = ob + r * p.o_ss + 2 * t4;
+            for (int sl = 0; sl < 2; ++sl) {
+                float lt = l[rt][sl];
+                lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+                lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+                const int r = wr0 + 16 * rt + g + 8 * sl;
+                if (r >= nq) continue;
+                T* ob = o + (i64)b * p.o_sb + (i64)h * p.o_sh + (q0 + r) * p.o_ss;
+                const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+                T* orow = ob + 2 * t4;
 #pragma unroll
-            for (int dn = 0; dn < DN; ++dn)
-                *(u32*)(orow + dn * 8) =
-                    at_nv_pack<T>(acc[dn][2 * sl] * inv, acc[dn][2 * sl + 1] * inv);
-        }
+                for (int dn = 0; dn < DN; ++dn)
+                    *(u32*)(orow + dn * 8) =
+                        at_nv_pack<T>(acc[rt][dn][2 * sl] * inv, acc[rt][dn][2 * sl + 1] * inv);
+            }
     }
 }
 #endif  // RK_MMA == 1
@@ -1046,7 +1127,8 @@ __device__ __forceinline__ void at_prefill_nv(const AttnParams& p, const T* __re
         attn_prefill_mma_##TN##_d##D(AttnParams p, const T* q, const T* k, const T* v,           \
                                      const T* mask, const u32* cu_q, const u32* cu_k, T* o,      \
                                      u32* err) {                                                 \
-        at_prefill_nv<T, D, AT_NV_WAVES, AT_NV_BN>(p, q, k, v, mask, cu_q, cu_k, o, err);        \
+        at_prefill_nv<T, D, AT_NV_WAVES, AT_NV_BN, AT_NV_RT>(p, q, k, v, mask, cu_q, cu_k, o,     \
+                                                             err);                               \
     }
 #else
 #define AT_PREFILL_MMA(TN, T, D, BN)                                                             \

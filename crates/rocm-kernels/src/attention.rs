@@ -51,6 +51,25 @@ pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
 const MMA_BLOCK_ROWS: usize = 64;
 /// Waves per block of the matrix-instruction prefill (`AT_MMA_WAVES`).
 const MMA_WAVES: u32 = 4;
+/// NVIDIA's matrix-instruction prefill (`at_prefill_nv`): warps per block (`AT_NV_WAVES`), row
+/// tiles of 16 per warp (`AT_NV_RT`) and keys per tile (`AT_NV_BN`).
+const NV_WAVES: usize = 4;
+const NV_ROW_TILES: usize = 2;
+const NV_KEYS: usize = 64;
+/// Most query or key rows NVIDIA's matrix-instruction prefill takes (it indexes rows with
+/// 32-bit integers; longer sequences take the portable kernels).
+const NV_MAX_ROWS: usize = 1 << 30;
+
+/// Dynamic shared memory of NVIDIA's matrix-instruction prefill (`AT_NV_SHARED`): K and V tiles,
+/// and the Q tile where a warp has several row tiles, rows padded by 16 bytes.
+fn nv_prefill_shared_bytes(elem_bytes: usize, head_dim: usize) -> usize {
+    let q_rows = if NV_ROW_TILES > 1 {
+        16 * NV_ROW_TILES * NV_WAVES
+    } else {
+        0
+    };
+    (2 * NV_KEYS + q_rows) * (head_dim + 8) * elem_bytes
+}
 
 /// The problem's sizes. For variable-length batches, `seq_q`/`seq_k` are the longest sequences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,7 +434,7 @@ pub fn attention<T: KernelDType>(
     if sq <= DECODE_MAX_SEQ_Q {
         return decode(stream, shape, p, q, k, v, mask_arg, out);
     }
-    let kind = prefill_kind::<T>(stream, op, opts.kernel, d)?;
+    let kind = prefill_kind::<T>(stream, op, opts.kernel, d, sq.max(sk))?;
     let no_cu = OptArg::<u32>(None);
     let launch = PrefillLaunch {
         op,
@@ -445,14 +464,27 @@ pub fn attention<T: KernelDType>(
     Ok(())
 }
 
-/// The prefill kernels `choice` selects for T and head dim `d` on the stream's device.
+/// The prefill kernels `choice` selects for T and head dim `d` on the stream's device, for
+/// sequences of up to `rows` query or key rows (NVIDIA's matrix-instruction kernels index rows
+/// with 32-bit integers: longer ones take the portable kernels).
 fn prefill_kind<T: KernelDType>(
     stream: &Stream,
     op: &str,
     choice: AttnKernel,
     d: usize,
+    rows: usize,
 ) -> Result<PrefillKind> {
-    let has_matrix_kernels = has_matrix_kernels::<T>(d);
+    let nvidia = stream.device().platform() == hip_core::Platform::Nvidia;
+    if nvidia && rows > NV_MAX_ROWS && choice == AttnKernel::Matrix {
+        return Err(layout_err(
+            op,
+            format!(
+                "the matrix-instruction kernels take at most {NV_MAX_ROWS} query or key rows, \
+                 got {rows}"
+            ),
+        ));
+    }
+    let has_matrix_kernels = has_matrix_kernels::<T>(d) && !(nvidia && rows > NV_MAX_ROWS);
     match choice {
         AttnKernel::Portable => Ok(PrefillKind::Portable),
         AttnKernel::Auto if !has_matrix_kernels => Ok(PrefillKind::Portable),
@@ -517,13 +549,32 @@ impl PrefillLaunch<'_> {
         }
     }
 
+    /// The kernel, allowed the dynamic shared memory its launch asks for.
     fn function<T: KernelDType>(&self, stream: &Stream) -> Result<hip_core::Function> {
-        function(stream, MODULE, &self.name(T::NAME))
+        let f = function(stream, MODULE, &self.name(T::NAME))?;
+        let shared = self.shared_bytes(stream);
+        if shared > 0 {
+            f.allow_dynamic_shared(shared as u32)?;
+        }
+        Ok(f)
+    }
+
+    /// Dynamic shared memory per block: NVIDIA's matrix-instruction kernels take theirs at
+    /// launch; the others declare theirs statically.
+    fn shared_bytes(&self, stream: &Stream) -> usize {
+        let nvidia = stream.device().platform() == hip_core::Platform::Nvidia;
+        if self.kind == PrefillKind::Matrix && nvidia {
+            nv_prefill_shared_bytes(self.elem_bytes, self.d)
+        } else {
+            0
+        }
     }
 
     fn config(&self, stream: &Stream) -> Result<LaunchConfig> {
+        let nvidia = stream.device().platform() == hip_core::Platform::Nvidia;
         let (rows, threads) = match self.kind {
             PrefillKind::Portable => (prefill_tile(self.elem_bytes, self.d).0, THREADS),
+            PrefillKind::Matrix if nvidia => (16 * NV_ROW_TILES * NV_WAVES, 32 * NV_WAVES as u32),
             PrefillKind::Matrix => {
                 let wave = stream.device().properties().warp_size.max(1);
                 (MMA_BLOCK_ROWS, MMA_WAVES * wave)
@@ -541,7 +592,7 @@ impl PrefillLaunch<'_> {
                 grid_dim(self.op, "batch", self.batch, 65_535)?,
             ],
             block: [threads, 1, 1],
-            shared_mem_bytes: 0,
+            shared_mem_bytes: self.shared_bytes(stream) as u32,
         })
     }
 }
@@ -740,7 +791,7 @@ pub fn attention_varlen<T: KernelDType>(
     }
     // Rows of sequences with bad offsets are not written: start from zeros.
     out.data.memset_async(0)?;
-    let kind = prefill_kind::<T>(stream, op, opts.kernel, d)?;
+    let kind = prefill_kind::<T>(stream, op, opts.kernel, d, tq.max(tk))?;
     let launch = PrefillLaunch {
         op,
         kind,

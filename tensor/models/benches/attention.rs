@@ -138,6 +138,21 @@ fn decode(c: &mut Criterion) {
             })
         })
     });
+    // The ceiling at each decode size: a copy that reads as many bytes as the decode reads (half
+    // the KV bytes read, as many written), launched the same way. Short transfers do not reach
+    // the 1 GiB copy's rate: a launch and the first DRAM round trip are a fixed cost.
+    for sk in [4096usize, 16384, 65536] {
+        let kv = 2 * sk * 8 * 128; // bf16 elements of K and V (8 kv heads x 128)
+        let x = Tensor::zeros(kv / 2, DType::BF16, &dev).unwrap();
+        g.throughput(Throughput::Bytes((2 * kv) as u64));
+        g.bench_function(format!("kv_bytes_{sk}"), |b| {
+            b.iter_custom(|iters| {
+                timed(&dev, iters, || {
+                    x.copy().unwrap();
+                })
+            })
+        });
+    }
     g.finish();
 }
 

@@ -578,6 +578,12 @@ impl Driver for AmdDriver {
         Ok(RawFunction(f.cast()))
     }
 
+    unsafe fn function_allow_dynamic_shared(&self, _function: RawFunction, _bytes: u32) -> Result<()> {
+        // No opt-in on AMD: a launch may ask for the device's LDS per workgroup, and one that
+        // asks for more fails at launch with the runtime's error.
+        Ok(())
+    }
+
     unsafe fn function_attributes(&self, function: RawFunction) -> Result<FunctionAttributes> {
         let get = |a| self.function_attribute(function, a);
         let usize_of = |v: c_int| usize::try_from(v).unwrap_or(0);

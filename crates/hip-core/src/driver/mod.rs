@@ -317,6 +317,13 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// # Safety
     /// `function` is live.
     unsafe fn function_attributes(&self, function: RawFunction) -> Result<FunctionAttributes>;
+    /// Lets launches of `function` ask for up to `bytes` of dynamic shared memory (NVIDIA:
+    /// `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`, needed above 48 KiB; AMD has no such
+    /// opt-in: a launch may ask for the device's LDS per workgroup directly).
+    ///
+    /// # Safety
+    /// `function` is live.
+    unsafe fn function_allow_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()>;
     /// Launches a kernel.
     ///
     /// # Safety

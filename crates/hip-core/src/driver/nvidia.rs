@@ -560,6 +560,26 @@ impl Driver for NvidiaDriver {
         Ok(RawFunction(f.cast()))
     }
 
+    unsafe fn function_allow_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()> {
+        let bytes = c_int::try_from(bytes).map_err(|_| {
+            Error::invalid(
+                "Function::allow_dynamic_shared",
+                format!("{bytes} bytes of shared memory"),
+            )
+        })?;
+        // SAFETY: the caller guarantees `function` is live; the attribute takes a byte count.
+        unsafe {
+            call!(
+                self.cu,
+                cuFuncSetAttribute(
+                    function.0.cast(),
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes
+                )
+            )
+        }
+    }
+
     unsafe fn function_attributes(&self, function: RawFunction) -> Result<FunctionAttributes> {
         use CUfunction_attribute::*;
         let f: CUfunction = function.0.cast();

@@ -186,6 +186,7 @@ fn_table! {
         cuModuleUnload: fn(CUmodule) -> CuStatus;
         cuModuleGetFunction: fn(*mut CUfunction, CUmodule, *const c_char) -> CuStatus;
         cuFuncGetAttribute: fn(*mut c_int, CUfunction_attribute, CUfunction) -> CuStatus;
+        cuFuncSetAttribute: fn(CUfunction, CUfunction_attribute, c_int) -> CuStatus;
         cuLaunchKernel: fn(
             CUfunction,
             c_uint,
