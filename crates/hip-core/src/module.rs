@@ -141,8 +141,17 @@ impl Function {
         let device = self.module.device;
         device.make_current()?;
         // SAFETY: the function's module is alive while `self` is.
-        unsafe { device.driver().function_allow_dynamic_shared(self.raw, bytes) }
-            .context(|| format!("allowing {bytes} bytes of shared memory for `{}`", self.name))?;
+        unsafe {
+            device
+                .driver()
+                .function_allow_dynamic_shared(self.raw, bytes)
+        }
+        .context(|| {
+            format!(
+                "allowing {bytes} bytes of shared memory for `{}`",
+                self.name
+            )
+        })?;
         self.dynamic_shared.fetch_max(bytes, Ordering::AcqRel);
         Ok(())
     }

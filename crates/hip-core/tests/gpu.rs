@@ -99,8 +99,16 @@ fn dynamic_shared_memory_beyond_48_kib_once_allowed() {
     let limit = d.properties().shared_memory_per_block;
     if (bytes as usize) > limit {
         // Before the opt-in the launch is refused with the limit named.
-        let e = f.builder(&s, config).arg(&mut out).arg(words).validate().unwrap_err();
-        assert!(e.to_string().contains("shared memory per block exceed"), "{e}");
+        let e = f
+            .builder(&s, config)
+            .arg(&mut out)
+            .arg(words)
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("shared memory per block exceed"),
+            "{e}"
+        );
     }
     f.allow_dynamic_shared(bytes).unwrap();
     // SAFETY: shared_reverse takes (unsigned*, unsigned) and writes out[0..blocks * n) with
@@ -120,7 +128,9 @@ fn dynamic_shared_memory_beyond_48_kib_once_allowed() {
         }
     }
     // A bound far past any device's shared memory is an error, not a fault.
-    assert!(f.allow_dynamic_shared(u32::MAX / 2).is_err() || d.platform() == hip_core::Platform::Amd);
+    assert!(
+        f.allow_dynamic_shared(u32::MAX / 2).is_err() || d.platform() == hip_core::Platform::Amd
+    );
 }
 
 /// Deterministic pseudo-random data (fixed seed, printed on failure by the callers' messages).

@@ -13,7 +13,9 @@ use std::error::Error;
 
 use half::bf16;
 use hip_core::{Device, Event, KernelArg, KernelArgs, LaunchConfig, NullPtr, Stream};
-use rocm_kernels::attention::{self as at, AttnInput, AttnKernel, AttnOptions, AttnOutput, AttnShape};
+use rocm_kernels::attention::{
+    self as at, AttnInput, AttnKernel, AttnOptions, AttnOutput, AttnShape,
+};
 
 /// Launches per timing.
 const REPS: usize = 20;
@@ -102,7 +104,10 @@ fn max_diff(a: &[bf16], b: &[bf16]) -> f32 {
     a.iter()
         .zip(b)
         .map(|(x, y)| (x.to_f32() - y.to_f32()).abs())
-        .fold(0f32, |m, e| if e.is_nan() { f32::INFINITY } else { m.max(e) })
+        .fold(
+            0f32,
+            |m, e| if e.is_nan() { f32::INFINITY } else { m.max(e) },
+        )
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -126,7 +131,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let n = seq * HEADS * HEAD_DIM;
     let mut rng = Lcg(7);
     let mut host = |scale: f32| -> Vec<bf16> {
-        (0..n).map(|_| bf16::from_f32(rng.uniform() * scale)).collect()
+        (0..n)
+            .map(|_| bf16::from_f32(rng.uniform() * scale))
+            .collect()
     };
     let (hq, hk, hv) = (host(1.0), host(1.0), host(1.0));
     let (q, k, v) = (
@@ -197,7 +204,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let source: String = source
         .split_inclusive('\n')
         .map(|l| {
-            let inst = l.starts_with("AT_PREFILL(") || l.starts_with("AT_DECODE(")
+            let inst = l.starts_with("AT_PREFILL(")
+                || l.starts_with("AT_DECODE(")
                 || l.starts_with("AT_PREFILL_MMA(");
             if inst && !l.starts_with("AT_PREFILL_MMA(bf16, bf16, 128,") {
                 "\n"
@@ -262,9 +270,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         let keys = define_of(defines, "AT_NV_BN", 64);
         let rows = (16 * row_tiles * waves) as usize;
         // AT_NV_SHARED in attention.hip.
-        let shared = (2 * keys + if row_tiles > 1 { rows as u32 } else { 0 })
-            * (HEAD_DIM as u32 + 8)
-            * 2;
+        let shared =
+            (2 * keys + if row_tiles > 1 { rows as u32 } else { 0 }) * (HEAD_DIM as u32 + 8) * 2;
         if let Err(e) = f.allow_dynamic_shared(shared) {
             println!("{name}: {shared} bytes of shared memory refused: {e}");
             continue;

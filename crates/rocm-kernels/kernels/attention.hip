@@ -1130,6 +1130,15 @@ __device__ __forceinline__ void at_prefill_nv(const AttnParams& p, const T* __re
         at_prefill_nv<T, D, AT_NV_WAVES, AT_NV_BN, AT_NV_RT>(p, q, k, v, mask, cu_q, cu_k, o,     \
                                                              err);                               \
     }
+// The tile-abstraction kernels (AMD's matrix path), compiled for mma.sync as well
+// (`AttnKernel::Tiles`), so that their algorithm runs on the NVIDIA GPUs at hand.
+#define AT_PREFILL_TILES(TN, T, D, BN)                                                           \
+    RK_KERNEL void __launch_bounds__(AT_MMA_WAVES * RK_MMA_WAVE)                                 \
+        attn_prefill_tiles_##TN##_d##D(AttnParams p, const T* q, const T* k, const T* v,         \
+                                       const T* mask, const u32* cu_q, const u32* cu_k, T* o,    \
+                                       u32* err) {                                               \
+        at_prefill_mma<T, D, BN>(p, q, k, v, mask, cu_q, cu_k, o, err);                          \
+    }
 #else
 #define AT_PREFILL_MMA(TN, T, D, BN)                                                             \
     RK_KERNEL void __launch_bounds__(AT_MMA_WAVES * RK_MMA_WAVE)                                 \
@@ -1593,4 +1602,16 @@ AT_PREFILL_MMA(f16, f16, 64, AT_MMA_BN)
 AT_PREFILL_MMA(f16, f16, 80, AT_MMA_BN)
 AT_PREFILL_MMA(f16, f16, 96, AT_MMA_BN)
 AT_PREFILL_MMA(f16, f16, 128, AT_MMA_BN)
+#endif
+#if RK_MMA == 1
+AT_PREFILL_TILES(bf16, bf16, 32, AT_MMA_BN)
+AT_PREFILL_TILES(bf16, bf16, 64, AT_MMA_BN)
+AT_PREFILL_TILES(bf16, bf16, 80, AT_MMA_BN)
+AT_PREFILL_TILES(bf16, bf16, 96, AT_MMA_BN)
+AT_PREFILL_TILES(bf16, bf16, 128, AT_MMA_BN)
+AT_PREFILL_TILES(f16, f16, 32, AT_MMA_BN)
+AT_PREFILL_TILES(f16, f16, 64, AT_MMA_BN)
+AT_PREFILL_TILES(f16, f16, 80, AT_MMA_BN)
+AT_PREFILL_TILES(f16, f16, 96, AT_MMA_BN)
+AT_PREFILL_TILES(f16, f16, 128, AT_MMA_BN)
 #endif

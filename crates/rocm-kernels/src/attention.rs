@@ -116,6 +116,11 @@ pub enum AttnKernel {
     Portable,
     /// The matrix-instruction kernels without the first-use check; an error where there are none.
     Matrix,
+    /// The tile-abstraction matrix kernels (`at_prefill_mma`) without the first-use check: on
+    /// AMD the same kernels as [`AttnKernel::Matrix`]; on NVIDIA, where `Matrix` runs a kernel
+    /// written for `mma.sync` alone, the AMD kernels' algorithm compiled for `mma.sync`, so that
+    /// the GPUs at hand run it too (the test suite does). An error where there are none.
+    Tiles,
 }
 
 impl AttnOptions {
@@ -443,6 +448,7 @@ pub fn attention<T: KernelDType>(
         d,
         seq_q: sq,
         heads_q: shape.heads_q,
+        nvidia: stream.device().platform() == hip_core::Platform::Nvidia,
         batch: b,
     };
     let f = launch.function::<T>(stream)?;
@@ -476,6 +482,7 @@ fn prefill_kind<T: KernelDType>(
 ) -> Result<PrefillKind> {
     let nvidia = stream.device().platform() == hip_core::Platform::Nvidia;
     if nvidia && rows > NV_MAX_ROWS && choice == AttnKernel::Matrix {
+        // (The tile kernels index rows with 64-bit integers.)
         return Err(layout_err(
             op,
             format!(
@@ -484,16 +491,16 @@ fn prefill_kind<T: KernelDType>(
             ),
         ));
     }
-    let has_matrix_kernels = has_matrix_kernels::<T>(d) && !(nvidia && rows > NV_MAX_ROWS);
+    let exist = has_matrix_kernels::<T>(d);
     match choice {
         AttnKernel::Portable => Ok(PrefillKind::Portable),
-        AttnKernel::Auto if !has_matrix_kernels => Ok(PrefillKind::Portable),
+        AttnKernel::Auto if !exist || (nvidia && rows > NV_MAX_ROWS) => Ok(PrefillKind::Portable),
         AttnKernel::Auto => Ok(if selfcheck::verdict::<T>(stream, d)? {
             PrefillKind::Matrix
         } else {
             PrefillKind::Portable
         }),
-        AttnKernel::Matrix if !has_matrix_kernels => Err(layout_err(
+        AttnKernel::Matrix | AttnKernel::Tiles if !exist => Err(layout_err(
             op,
             format!(
                 "the matrix-instruction kernels take f16 or bf16 with head dims \
@@ -502,6 +509,7 @@ fn prefill_kind<T: KernelDType>(
             ),
         )),
         AttnKernel::Matrix => Ok(PrefillKind::Matrix),
+        AttnKernel::Tiles => Ok(PrefillKind::Tiles),
     }
 }
 
@@ -528,6 +536,7 @@ fn has_matrix_kernels<T: KernelDType>(d: usize) -> bool {
 enum PrefillKind {
     Portable,
     Matrix,
+    Tiles,
 }
 
 /// One prefill launch's kernel and grid.
@@ -539,6 +548,8 @@ struct PrefillLaunch<'a> {
     seq_q: usize,
     heads_q: usize,
     batch: usize,
+    /// The device is NVIDIA's (its `Matrix` kernels are `at_prefill_nv`).
+    nvidia: bool,
 }
 
 impl PrefillLaunch<'_> {
@@ -546,13 +557,15 @@ impl PrefillLaunch<'_> {
         match self.kind {
             PrefillKind::Portable => format!("attn_prefill_{dtype}_d{}", self.d),
             PrefillKind::Matrix => format!("attn_prefill_mma_{dtype}_d{}", self.d),
+            PrefillKind::Tiles if self.nvidia => format!("attn_prefill_tiles_{dtype}_d{}", self.d),
+            PrefillKind::Tiles => format!("attn_prefill_mma_{dtype}_d{}", self.d),
         }
     }
 
     /// The kernel, allowed the dynamic shared memory its launch asks for.
     fn function<T: KernelDType>(&self, stream: &Stream) -> Result<hip_core::Function> {
         let f = function(stream, MODULE, &self.name(T::NAME))?;
-        let shared = self.shared_bytes(stream);
+        let shared = self.shared_bytes();
         if shared > 0 {
             f.allow_dynamic_shared(shared as u32)?;
         }
@@ -561,9 +574,8 @@ impl PrefillLaunch<'_> {
 
     /// Dynamic shared memory per block: NVIDIA's matrix-instruction kernels take theirs at
     /// launch; the others declare theirs statically.
-    fn shared_bytes(&self, stream: &Stream) -> usize {
-        let nvidia = stream.device().platform() == hip_core::Platform::Nvidia;
-        if self.kind == PrefillKind::Matrix && nvidia {
+    fn shared_bytes(&self) -> usize {
+        if self.kind == PrefillKind::Matrix && self.nvidia {
             nv_prefill_shared_bytes(self.elem_bytes, self.d)
         } else {
             0
@@ -571,11 +583,12 @@ impl PrefillLaunch<'_> {
     }
 
     fn config(&self, stream: &Stream) -> Result<LaunchConfig> {
-        let nvidia = stream.device().platform() == hip_core::Platform::Nvidia;
         let (rows, threads) = match self.kind {
             PrefillKind::Portable => (prefill_tile(self.elem_bytes, self.d).0, THREADS),
-            PrefillKind::Matrix if nvidia => (16 * NV_ROW_TILES * NV_WAVES, 32 * NV_WAVES as u32),
-            PrefillKind::Matrix => {
+            PrefillKind::Matrix if self.nvidia => {
+                (16 * NV_ROW_TILES * NV_WAVES, 32 * NV_WAVES as u32)
+            }
+            PrefillKind::Matrix | PrefillKind::Tiles => {
                 let wave = stream.device().properties().warp_size.max(1);
                 (MMA_BLOCK_ROWS, MMA_WAVES * wave)
             }
@@ -592,7 +605,7 @@ impl PrefillLaunch<'_> {
                 grid_dim(self.op, "batch", self.batch, 65_535)?,
             ],
             block: [threads, 1, 1],
-            shared_mem_bytes: self.shared_bytes(stream) as u32,
+            shared_mem_bytes: self.shared_bytes() as u32,
         })
     }
 }
@@ -799,6 +812,7 @@ pub fn attention_varlen<T: KernelDType>(
         d,
         seq_q: shape.seq_q,
         heads_q: shape.heads_q,
+        nvidia: stream.device().platform() == hip_core::Platform::Nvidia,
         batch: shape.batch,
     };
     let flag_arg = flag.arg(op, stream)?;
@@ -855,6 +869,10 @@ mod tests {
                         src.contains(&format!("AT_PREFILL_MMA({t}, {t}, {d}, AT_MMA_BN)")),
                         "{t} d{d}: no matrix-instruction kernel"
                     );
+                    assert!(
+                        src.contains(&format!("AT_PREFILL_TILES({t}, {t}, {d}, AT_MMA_BN)")),
+                        "{t} d{d}: no tile kernel for NVIDIA"
+                    );
                 }
             }
         }
@@ -870,6 +888,14 @@ mod tests {
         assert!(src.contains(&format!("#define AT_MMA_WAVES {MMA_WAVES}")));
         assert!(src.contains("#define AT_MMA_BM (16 * AT_MMA_WAVES)\n"));
         assert_eq!(MMA_BLOCK_ROWS, 16 * MMA_WAVES as usize);
+        // NVIDIA's prefill: its defaults and shared memory formula.
+        assert!(src.contains(&format!("#define AT_NV_WAVES {NV_WAVES}\n")));
+        assert!(src.contains(&format!("#define AT_NV_RT {NV_ROW_TILES}\n")));
+        assert!(src.contains(&format!("#define AT_NV_BN {NV_KEYS}\n")));
+        assert!(src.contains(
+            "((2 * (BN) + ((RT) > 1 ? 16 * (RT) * (WAVES) : 0)) * ((D) + 8) * (int)sizeof(T))"
+        ));
+        assert_eq!(nv_prefill_shared_bytes(2, 128), (2 * 64 + 128) * 136 * 2);
     }
 
     #[test]

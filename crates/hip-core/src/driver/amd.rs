@@ -578,7 +578,11 @@ impl Driver for AmdDriver {
         Ok(RawFunction(f.cast()))
     }
 
-    unsafe fn function_allow_dynamic_shared(&self, _function: RawFunction, _bytes: u32) -> Result<()> {
+    unsafe fn function_allow_dynamic_shared(
+        &self,
+        _function: RawFunction,
+        _bytes: u32,
+    ) -> Result<()> {
         // No opt-in on AMD: a launch may ask for the device's LDS per workgroup, and one that
         // asks for more fails at launch with the runtime's error.
         Ok(())

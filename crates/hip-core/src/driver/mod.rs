@@ -323,7 +323,8 @@ pub(crate) trait Driver: Send + Sync + 'static {
     ///
     /// # Safety
     /// `function` is live.
-    unsafe fn function_allow_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()>;
+    unsafe fn function_allow_dynamic_shared(&self, function: RawFunction, bytes: u32)
+        -> Result<()>;
     /// Launches a kernel.
     ///
     /// # Safety

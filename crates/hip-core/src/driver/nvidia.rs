@@ -560,7 +560,11 @@ impl Driver for NvidiaDriver {
         Ok(RawFunction(f.cast()))
     }
 
-    unsafe fn function_allow_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()> {
+    unsafe fn function_allow_dynamic_shared(
+        &self,
+        function: RawFunction,
+        bytes: u32,
+    ) -> Result<()> {
         let bytes = c_int::try_from(bytes).map_err(|_| {
             Error::invalid(
                 "Function::allow_dynamic_shared",
