@@ -2,10 +2,10 @@
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::device::Device;
-use crate::driver::{FunctionAttributes, RawFunction, RawModule};
+use crate::driver::{FunctionAttributes, Platform, RawFunction, RawModule};
 use crate::error::{Error, Result, ResultExt};
 
 /// A loaded code object (AMD) or cubin (NVIDIA).
@@ -75,6 +75,7 @@ impl Module {
             name: Arc::from(name),
             attributes,
             dynamic_shared: Arc::new(AtomicU32::new(0)),
+            dynamic_shared_lock: Arc::new(Mutex::new(())),
         })
     }
 }
@@ -111,8 +112,10 @@ pub struct Function {
     /// Shared: clones of a Function (one per launch from the kernel caches) copy no string.
     name: Arc<str>,
     attributes: FunctionAttributes,
-    /// The dynamic shared memory launches may ask for, as last granted (shared by clones).
+    /// The dynamic shared memory launches may ask for, as granted (shared by clones).
     dynamic_shared: Arc<AtomicU32>,
+    /// Serialises grants, so that the driver's setting only grows and equals `dynamic_shared`.
+    dynamic_shared_lock: Arc<Mutex<()>>,
 }
 
 impl Function {
@@ -133,12 +136,33 @@ impl Function {
 
     /// Lets launches of this kernel ask for up to `bytes` of dynamic shared memory: NVIDIA needs
     /// this opt-in above 48 KiB per block (up to the device's per-block maximum, else an error);
-    /// on AMD it is a no-op. Cheap after the first call for a size (one atomic load).
+    /// on AMD, where a workgroup may use the device's LDS without one, it only checks `bytes`
+    /// against that limit. Cheap once granted (one atomic load).
     pub fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
         if self.dynamic_shared.load(Ordering::Acquire) >= bytes {
             return Ok(());
         }
+        let _grant = self
+            .dynamic_shared_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.dynamic_shared.load(Ordering::Acquire) >= bytes {
+            return Ok(());
+        }
         let device = self.module.device;
+        let limit = device.properties().shared_memory_per_block;
+        if device.platform() == Platform::Amd
+            && bytes as usize + self.attributes.shared_size_bytes > limit
+        {
+            return Err(Error::invalid(
+                "Function::allow_dynamic_shared",
+                format!(
+                    "`{}`: {bytes} bytes of dynamic shared memory and {} static exceed the \
+                     device's {limit} per block",
+                    self.name, self.attributes.shared_size_bytes
+                ),
+            ));
+        }
         device.make_current()?;
         // SAFETY: the function's module is alive while `self` is.
         unsafe {
@@ -152,7 +176,7 @@ impl Function {
                 self.name
             )
         })?;
-        self.dynamic_shared.fetch_max(bytes, Ordering::AcqRel);
+        self.dynamic_shared.store(bytes, Ordering::Release);
         Ok(())
     }
 

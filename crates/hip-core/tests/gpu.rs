@@ -128,9 +128,7 @@ fn dynamic_shared_memory_beyond_48_kib_once_allowed() {
         }
     }
     // A bound far past any device's shared memory is an error, not a fault.
-    assert!(
-        f.allow_dynamic_shared(u32::MAX / 2).is_err() || d.platform() == hip_core::Platform::Amd
-    );
+    assert!(f.allow_dynamic_shared(u32::MAX / 2).is_err());
 }
 
 /// Deterministic pseudo-random data (fixed seed, printed on failure by the callers' messages).

@@ -206,7 +206,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map(|l| {
             let inst = l.starts_with("AT_PREFILL(")
                 || l.starts_with("AT_DECODE(")
-                || l.starts_with("AT_PREFILL_MMA(");
+                || l.starts_with("AT_PREFILL_MMA(")
+                || l.starts_with("AT_PREFILL_TILES(");
             if inst && !l.starts_with("AT_PREFILL_MMA(bf16, bf16, 128,") {
                 "\n"
             } else {

@@ -727,8 +727,9 @@ __device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __r
 
 // ---------------------------------------------------------------------------------------------
 // Prefill on NVIDIA sm_80+ (RK_MMA == 1): the same problem and parameters as at_prefill_mma, laid
-// out the way mma.sync wants it. One block of AT_NV_WAVES warps per (16 x AT_NV_WAVES query
-// rows, q head, batch), each warp owning 16 rows.
+// out the way mma.sync wants it. One block of AT_NV_WAVES warps per (16 x AT_NV_RT x AT_NV_WAVES
+// query rows, q head, batch), each warp owning AT_NV_RT tiles of 16 rows (every K and V fragment
+// it loads feeds AT_NV_RT products); with more than one, Q's tile is in shared memory too.
 //  * K and V tiles (AT_NV_BN keys) are copied row-major into shared memory with asynchronous
 //    16-byte copies (cp.async, rows past the sequence zero-filled): V's copy is in flight while
 //    S = Q K^T and the softmax run, the next K's while O += P V runs.
@@ -738,8 +739,9 @@ __device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __r
 //  * P never leaves registers: the accumulator layout of two adjacent n8 tiles of S is the A
 //    operand layout of the next product (PTX ISA, mma.m16n8k16 fragments), so the probabilities
 //    are rounded to T and packed in place.
-//  * Tiles that need no masking for a warp (no mask, no softcap, every key visible to its 16
-//    rows) skip the per-element checks; tiles a warp sees nothing of are skipped by that warp.
+//  * Key tiles that need no masking for the block (no mask, no softcap, a positive scale, every
+//    key visible to every row) run a body without the per-element checks; in the masked body a
+//    warp skips the tiles its rows see nothing of.
 // ---------------------------------------------------------------------------------------------
 #if RK_MMA == 1
 #ifndef AT_NV_WAVES

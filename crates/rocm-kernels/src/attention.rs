@@ -804,7 +804,9 @@ pub fn attention_varlen<T: KernelDType>(
     }
     // Rows of sequences with bad offsets are not written: start from zeros.
     out.data.memset_async(0)?;
-    let kind = prefill_kind::<T>(stream, op, opts.kernel, d, tq.max(tk))?;
+    // The grid's query tiles follow `seq_q` (the longest sequence): it counts as rows too.
+    let rows = tq.max(tk).max(shape.seq_q).max(shape.seq_k);
+    let kind = prefill_kind::<T>(stream, op, opts.kernel, d, rows)?;
     let launch = PrefillLaunch {
         op,
         kind,

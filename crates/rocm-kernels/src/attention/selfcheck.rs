@@ -1,6 +1,8 @@
 //! The first-use check of the matrix-instruction prefill: before [`AttnKernel::Auto`] uses the
 //! matrix-instruction kernels of a (device, dtype, head dim), it runs one small known problem
-//! (two query tiles, one partial, causal, grouped heads, random inputs from a fixed seed) on them
+//! (80 queries x 300 keys: two query tiles of the AMD kernels, one partial, and one partial tile
+//! of NVIDIA's, whose first key tiles every row sees whole; causal, grouped heads, random inputs
+//! from a fixed seed) on them
 //! and on the portable kernels and compares. A target without the kernels, or kernels that
 //! disagree, leave Auto on the portable path; a disagreement prints one warning. Operand layouts
 //! of the matrix instructions were written from the vendors' tables without AMD hardware to run
@@ -112,7 +114,9 @@ fn check<T: HalfFloat>(stream: &Stream, d: usize) -> Result<bool> {
     let shape = AttnShape {
         batch: 1,
         seq_q: 80,
-        seq_k: 100,
+        // 220 keys before the first query's diagonal: key tiles that every row sees whole, so
+        // NVIDIA's kernel runs its unmasked body as well as the masked one.
+        seq_k: 300,
         heads_q: 2,
         heads_kv: 1,
         head_dim: d,
