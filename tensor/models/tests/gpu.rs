@@ -923,7 +923,7 @@ fn sdpa_runs_fused_on_rocm() {
 #[test]
 #[ignore = "needs a GPU"]
 fn llama_with_fused_attention_matches_unfused() {
-    let _lock = shared();
+    let _lock = exclusive(); // counts launches with the process-wide profile
     let dev = rocm();
     // Greedy tokens: the 125M decoder (head dim 64, GQA 12/4) with and without fused attention.
     let cfg = llama::config_125m();
