@@ -7,7 +7,11 @@
 //!
 //! ```sh
 //! cargo run --release -p rocm-kernels --no-default-features --example tune_attention -- [SEQ [full]]
+//! cargo run --release -p rocm-kernels --no-default-features --example tune_attention -- decode
 //! ```
+//! `decode` instead times the split decode (one query row, 32 q / 8 kv heads x 128, bf16, KV
+//! caches of 4k, 16k and 64k keys) per call and per kernel (events around each launch), beside a
+//! device copy of the same bytes.
 
 use std::error::Error;
 
@@ -110,9 +114,95 @@ fn max_diff(a: &[bf16], b: &[bf16]) -> f32 {
         )
 }
 
+/// The decode's time per call (back to back) and per kernel (hip-core's timed launch profile).
+fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
+    const REPEAT: usize = 50;
+    let (hq, hkv) = (32usize, 8usize);
+    for sk in [4096usize, 16384, 65536] {
+        let mut rng = Lcg(11);
+        let mut host =
+            |n: usize| -> Vec<bf16> { (0..n).map(|_| bf16::from_f32(rng.uniform())).collect() };
+        let q = s.alloc_from_host(&host(hq * HEAD_DIM))?;
+        let k = s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?;
+        let v = s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?;
+        let mut o = s.alloc::<bf16>(hq * HEAD_DIM)?;
+        let shape = AttnShape {
+            batch: 1,
+            seq_q: 1,
+            seq_k: sk,
+            heads_q: hq,
+            heads_kv: hkv,
+            head_dim: HEAD_DIM,
+        };
+        let kv_strides = [sk * hkv * HEAD_DIM, hkv * HEAD_DIM, HEAD_DIM];
+        let q_strides = [hq * HEAD_DIM, hq * HEAD_DIM, HEAD_DIM];
+        let mut call = || {
+            at::attention(
+                s,
+                &shape,
+                &AttnOptions::new(0.088, true),
+                AttnInput {
+                    data: q.as_slice(),
+                    strides: q_strides,
+                },
+                AttnInput {
+                    data: k.as_slice(),
+                    strides: kv_strides,
+                },
+                AttnInput {
+                    data: v.as_slice(),
+                    strides: kv_strides,
+                },
+                None,
+                AttnOutput {
+                    data: &mut o.as_mut_slice(),
+                    strides: q_strides,
+                },
+            )
+            .unwrap();
+        };
+        let per_call = time_ms(d, s, &mut call)? * 1e3;
+        // A copy moving the bytes the decode reads (half read, half written).
+        let bytes = 2 * sk * hkv * HEAD_DIM * 2;
+        let src = s.alloc::<u8>(bytes / 2)?;
+        let mut dst = s.alloc::<u8>(bytes / 2)?;
+        let copy = time_ms(d, s, || {
+            dst.as_mut_slice()
+                .copy_from_device(&src.as_slice())
+                .unwrap()
+        })? * 1e3;
+        s.synchronize()?;
+        hip_core::launch_profile_start(true);
+        for _ in 0..REPEAT {
+            call();
+        }
+        let profile = hip_core::launch_profile_stop();
+        let kernels: Vec<String> = profile
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {:.2} us",
+                    k.name,
+                    k.gpu_ms.unwrap_or(f64::NAN) * 1e3 / REPEAT as f64
+                )
+            })
+            .collect();
+        println!(
+            "decode {sk:6} keys: {per_call:7.2} us per call back to back ({:6.1} GB/s of KV); \
+             copy of the same bytes {copy:6.2} us; per kernel (events): {}",
+            bytes as f64 / per_call / 1e3,
+            kernels.join(", ")
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let seq: usize = args.first().map(|a| a.parse()).transpose()?.unwrap_or(4096);
+    let seq: usize = match args.first().map(String::as_str) {
+        None | Some("decode") => 4096,
+        Some(a) => a.parse()?,
+    };
     let causal = args.get(1).map(|a| a != "full").unwrap_or(true);
     let d = match Device::new(0) {
         Ok(d) => d,
@@ -122,6 +212,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     };
     let s = d.default_stream();
+    if args.first().is_some_and(|a| a == "decode") {
+        return decode(d, &s);
+    }
     println!(
         "{} ({}); b1 x {seq} x {HEADS} heads x {HEAD_DIM}, bf16, {}",
         d.properties().name,
