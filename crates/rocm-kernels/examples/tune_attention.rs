@@ -16,10 +16,13 @@
 use std::error::Error;
 
 use half::bf16;
-use hip_core::{Device, Event, KernelArg, KernelArgs, LaunchConfig, NullPtr, Stream};
+use hip_core::{Device, LaunchConfig, NullPtr, Stream};
 use rocm_kernels::attention::{
     self as at, AttnInput, AttnKernel, AttnOptions, AttnOutput, AttnShape,
 };
+
+mod tune_common;
+use tune_common::{define_lines, define_of, time_ms, Lcg};
 
 /// Launches per timing.
 const REPS: usize = 20;
@@ -34,73 +37,6 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("bn32", "AT_NV_BN=32"),
         ("w8bn32", "AT_NV_WAVES=8 AT_NV_BN=32"),
     ]
-}
-
-/// The value of define `name` in `defines`, or `default`.
-fn define_of(defines: &str, name: &str, default: u32) -> u32 {
-    defines
-        .split(' ')
-        .filter_map(|d| d.split_once('='))
-        .find(|(n, _)| *n == name)
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The kernels' parameter struct (`AttnParams` in attention.hip; mirrors the private `Params` of
-/// `rocm_kernels::attention`).
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct Params {
-    strides: [i64; 16],
-    batch: i64,
-    sq: i64,
-    sk: i64,
-    hq: i64,
-    hkv: i64,
-    total_q: i64,
-    total_k: i64,
-    window_left: i64,
-    window_right: i64,
-    splits_rows: i64,
-    reserved: i64,
-    scale: f32,
-    softcap: f32,
-}
-
-struct ParamsArg(Params);
-
-impl KernelArg for ParamsArg {
-    fn push_arg(&self, args: &mut KernelArgs, _stream: &Stream) -> hip_core::Result<()> {
-        // SAFETY: `Params` is `#[repr(C)]`, 27 i64 then 2 f32 without padding: the layout of
-        // `AttnParams`, which the kernel takes by value at this position.
-        unsafe { args.push_raw(self.0) }
-    }
-}
-
-/// A small deterministic generator (no dependency for a tuning tool).
-struct Lcg(u64);
-impl Lcg {
-    fn uniform(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
-/// Milliseconds per call of `op`, over [`REPS`] calls queued back to back.
-fn time_ms(d: Device, s: &Stream, mut op: impl FnMut()) -> Result<f64, Box<dyn Error>> {
-    op();
-    let start = Event::new(d, true)?;
-    let end = Event::new(d, true)?;
-    start.record(s)?;
-    for _ in 0..REPS {
-        op();
-    }
-    end.record(s)?;
-    end.synchronize()?;
-    Ok(start.elapsed_ms(&end)? as f64 / REPS as f64)
 }
 
 /// Largest absolute difference (NaN counts as infinite).
@@ -161,12 +97,12 @@ fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
             )
             .unwrap();
         };
-        let per_call = time_ms(d, s, &mut call)? * 1e3;
+        let per_call = time_ms(d, s, REPS, &mut call)? * 1e3;
         // A copy moving the bytes the decode reads (half read, half written).
         let bytes = 2 * sk * hkv * HEAD_DIM * 2;
         let src = s.alloc::<u8>(bytes / 2)?;
         let mut dst = s.alloc::<u8>(bytes / 2)?;
-        let copy = time_ms(d, s, || {
+        let copy = time_ms(d, s, REPS, || {
             dst.as_mut_slice()
                 .copy_from_device(&src.as_slice())
                 .unwrap()
@@ -282,7 +218,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         ("portable", AttnKernel::Portable),
         ("committed", AttnKernel::Matrix),
     ] {
-        let ms = time_ms(d, &s, || run(kernel, &mut o))?;
+        let ms = time_ms(d, &s, REPS, || run(kernel, &mut o))?;
         let err = max_diff(&o.to_host_vec()?, &want);
         println!(
             "{name:9} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e})",
@@ -308,43 +244,10 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
         })
         .collect();
-    let p = Params {
-        strides: [
-            n as i64,
-            (HEADS * HEAD_DIM) as i64,
-            HEAD_DIM as i64,
-            n as i64,
-            (HEADS * HEAD_DIM) as i64,
-            HEAD_DIM as i64,
-            n as i64,
-            (HEADS * HEAD_DIM) as i64,
-            HEAD_DIM as i64,
-            n as i64,
-            (HEADS * HEAD_DIM) as i64,
-            HEAD_DIM as i64,
-            0,
-            0,
-            0,
-            0,
-        ],
-        batch: 1,
-        sq: seq as i64,
-        sk: seq as i64,
-        hq: HEADS as i64,
-        hkv: HEADS as i64,
-        total_q: seq as i64,
-        total_k: seq as i64,
-        window_left: -1,
-        window_right: if causal { 0 } else { -1 },
-        scale,
-        ..Params::default()
-    };
+    let operand = [n, HEADS * HEAD_DIM, HEAD_DIM];
+    let p = at::prefill_kernel_params(&shape, &AttnOptions::new(scale, causal), [operand; 4])?;
     for (name, defines) in configs() {
-        let lines: String = defines
-            .split(' ')
-            .filter_map(|d| d.split_once('='))
-            .map(|(n, v)| format!("#define {n} {v}\n"))
-            .collect();
+        let lines = define_lines(defines);
         let t = std::time::Instant::now();
         let module = match d.compile(
             &format!("tune_attn_{name}"),
@@ -362,17 +265,17 @@ fn main() -> Result<(), Box<dyn Error>> {
         let waves = define_of(defines, "AT_NV_WAVES", 4);
         let row_tiles = define_of(defines, "AT_NV_RT", 2);
         let keys = define_of(defines, "AT_NV_BN", 64);
-        let rows = (16 * row_tiles * waves) as usize;
+        let rows = 16 * row_tiles * waves;
         // AT_NV_SHARED in attention.hip.
         let shared =
-            (2 * keys + if row_tiles > 1 { rows as u32 } else { 0 }) * (HEAD_DIM as u32 + 8) * 2;
+            ((2 * keys + if row_tiles > 1 { rows } else { 0 }) * (HEAD_DIM + 8) * 2) as u32;
         if let Err(e) = f.allow_dynamic_shared(shared) {
             println!("{name}: {shared} bytes of shared memory refused: {e}");
             continue;
         }
         let cfg = LaunchConfig {
             grid: [seq.div_ceil(rows) as u32, HEADS as u32, 1],
-            block: [32 * waves, 1, 1],
+            block: [32 * waves as u32, 1, 1],
             shared_mem_bytes: shared,
         };
         o.as_mut_slice().memset_async(0xFF)?;
@@ -380,7 +283,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let mut out = o.as_mut_slice();
             let b = f
                 .builder(&s, cfg)
-                .arg(ParamsArg(p))
+                .arg(p)
                 .arg(q.as_slice())
                 .arg(k.as_slice())
                 .arg(v.as_slice())
@@ -388,12 +291,13 @@ fn main() -> Result<(), Box<dyn Error>> {
                 .arg(NullPtr)
                 .arg(NullPtr)
                 .arg(&mut out);
-            // SAFETY: the kernel's contract (kernels/attention.hip): q, k, v and o hold
-            // 1 x seq x HEADS x HEAD_DIM elements at the strides in `p`; no mask, no offsets
-            // (so the error record is never touched).
+            // SAFETY: the kernel's contract (kernels/attention.hip), in the order
+            // `prefill_kernel_params` documents: q, k, v and o hold 1 x seq x HEADS x HEAD_DIM
+            // elements at the strides in `p`; no mask, no offsets (so the error record is never
+            // touched).
             unsafe { b.arg(NullPtr).launch().unwrap() };
         };
-        let ms = time_ms(d, &s, &mut launch)?;
+        let ms = time_ms(d, &s, REPS, &mut launch)?;
         let err = max_diff(&o.to_host_vec()?, &want);
         println!(
             "{name:9} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e}; {} registers, {} local bytes, compiled in {:.1}s)",

@@ -16,23 +16,14 @@
 
 use std::error::Error;
 
-use hip_core::{Device, Event, LaunchConfig, Stream};
+use hip_core::{Device, LaunchConfig};
 use rocm_kernels::quantized::{self as qk, QuantType};
+
+mod tune_common;
+use tune_common::{define_lines, define_of, time_ms, Lcg};
 
 /// Launches per timing.
 const REPS: usize = 200;
-
-/// A small deterministic generator (no dependency for a tuning tool).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-}
 
 /// Byte offsets of a block's f16 scale fields (set to small finite values; the other bytes are
 /// any quants).
@@ -65,20 +56,6 @@ fn random_blocks(q: QuantType, n: usize, k: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-/// Milliseconds per call of `op`, over [`REPS`] calls queued back to back.
-fn time_ms(d: Device, s: &Stream, mut op: impl FnMut()) -> Result<f64, Box<dyn Error>> {
-    op();
-    let start = Event::new(d, true)?;
-    let end = Event::new(d, true)?;
-    start.record(s)?;
-    for _ in 0..REPS {
-        op();
-    }
-    end.record(s)?;
-    end.synchronize()?;
-    Ok(start.elapsed_ms(&end)? as f64 / REPS as f64)
-}
-
 /// Compile-time parameter sets: (name, `NAME=VALUE` defines separated by spaces).
 fn configs() -> Vec<(&'static str, &'static str)> {
     vec![
@@ -92,25 +69,6 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("teams4", "QS_TEAMS=4"),
         ("teams16", "QS_TEAMS=16"),
     ]
-}
-
-/// The value of define `name` in `defines`, or `default`.
-fn define_of(defines: &str, name: &str, default: usize) -> usize {
-    defines
-        .split(' ')
-        .filter_map(|d| d.split_once('='))
-        .find(|(n, _)| *n == name)
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The defines as source lines (`~` in a value is a space).
-fn define_lines(defines: &str) -> String {
-    defines
-        .split(' ')
-        .filter_map(|d| d.split_once('='))
-        .map(|(n, v)| format!("#define {n} {}\n", v.replace('~', " ")))
-        .collect()
 }
 
 /// `QS_TEAMS` of a configuration.
@@ -211,7 +169,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             next += 1;
             &ws[next % copies]
         };
-        let copy_ms = time_ms(d, &s, || {
+        let copy_ms = time_ms(d, &s, REPS, || {
             dst.as_mut_slice()
                 .copy_from_device(&rotate().as_slice())
                 .unwrap()
@@ -228,7 +186,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             &mut xq.as_mut_slice(),
             &mut xds.as_mut_slice(),
         )?;
-        let two_ms = time_ms(d, &s, || {
+        let two_ms = time_ms(d, &s, REPS, || {
             qk::matvec_int_rounded(
                 &s,
                 q,
@@ -251,7 +209,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             100.0 * gbs(two_ms) / copy_gbs
         );
         let mut y = s.alloc::<f32>(m * n)?;
-        let committed_ms = time_ms(d, &s, || {
+        let committed_ms = time_ms(d, &s, REPS, || {
             qk::matvec_int_staged(
                 &s,
                 q,
@@ -316,7 +274,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                     // `shared` bytes of dynamic shared memory as the kernel computes them.
                     unsafe { b.arg(&mut y.as_mut_slice()).launch().unwrap() };
                 };
-                let ms = time_ms(d, &s, &mut launch)?;
+                let ms = time_ms(d, &s, REPS, &mut launch)?;
                 let got = y.to_host_vec()?;
                 let err = got
                     .iter()

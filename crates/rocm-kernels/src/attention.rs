@@ -202,6 +202,7 @@ struct Params {
     softcap: f32,
 }
 
+#[derive(Clone, Copy)]
 struct ParamsArg(Params);
 
 impl KernelArg for ParamsArg {
@@ -210,6 +211,30 @@ impl KernelArg for ParamsArg {
         // `AttnParams` (the same fields in the same order) by value at this position.
         unsafe { args.push_raw(self.0) }
     }
+}
+
+/// The prefill kernels' first argument (`AttnParams`) for `shape` and `opts`, with q, k, v and
+/// the output at `strides` (element strides over (batch, rows, heads) each), no mask, fixed
+/// lengths: for tools that launch their own builds of the kernels (`examples/tune_attention.rs`).
+/// The other arguments follow it in the kernels' order: q, k, v, mask, cu_q, cu_k, out, err.
+pub fn prefill_kernel_params(
+    shape: &AttnShape,
+    opts: &AttnOptions,
+    strides: [[usize; 3]; 4],
+) -> Result<impl KernelArg + Copy> {
+    let op = "prefill_kernel_params";
+    let mut p = params(op, shape, opts)?;
+    for (dst, src) in [&mut p.q, &mut p.k, &mut p.v, &mut p.o]
+        .into_iter()
+        .zip(strides)
+    {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = to_i64(op, "stride", s)?;
+        }
+    }
+    p.total_q = p.sq;
+    p.total_k = p.sk;
+    Ok(ParamsArg(p))
 }
 
 /// A device pointer or null.
@@ -849,6 +874,35 @@ mod tests {
         let src = crate::modules::full_source(MODULE).expect("attention module");
         assert!(src.contains("float scale, softcap;"));
         assert!(src.contains("i64 splits_rows;"));
+    }
+
+    #[test]
+    fn prefill_kernel_params_are_those_of_a_launch() {
+        let shape = AttnShape {
+            batch: 1,
+            seq_q: 100,
+            seq_k: 120,
+            heads_q: 4,
+            heads_kv: 2,
+            head_dim: 64,
+        };
+        let opts = AttnOptions::new(0.125, true);
+        let strides = [[0, 256, 64], [0, 128, 64], [0, 128, 64], [0, 256, 64]];
+        let ParamsArg(p) = prefill_kernel_params(&shape, &opts, strides)
+            .map(|a| {
+                // The opaque argument is this module's ParamsArg.
+                let any: &dyn std::any::Any = &a;
+                *any.downcast_ref::<ParamsArg>().unwrap()
+            })
+            .unwrap();
+        assert_eq!((p.q, p.k, p.o), ([0, 256, 64], [0, 128, 64], [0, 256, 64]));
+        assert_eq!((p.sq, p.sk, p.total_q, p.total_k), (100, 120, 100, 120));
+        assert_eq!((p.window_left, p.window_right, p.scale), (-1, 0, 0.125));
+        let bad = AttnShape {
+            head_dim: 48,
+            ..shape
+        };
+        assert!(prefill_kernel_params(&bad, &opts, strides).is_err());
     }
 
     #[test]
