@@ -13,6 +13,25 @@ use object::read::elf::ElfFile64;
 use object::{Object, ObjectSymbol};
 use rocm_kernels::modules::{compile_options, full_source, MODULE_SOURCES};
 
+/// A private compile cache under the temp dir, removed when dropped (also when a test fails), so
+/// that failed runs do not leave compiled code objects behind.
+struct PrivateCache(std::path::PathBuf);
+
+impl PrivateCache {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("rocm-kernels-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::env::set_var("HIP_CORE_CACHE_DIR", &dir);
+        PrivateCache(dir)
+    }
+}
+
+impl Drop for PrivateCache {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The kernel names (symbols with a `.kd` kernel descriptor) of an AMDGPU code object.
 fn kernels(image: &[u8], what: &str) -> BTreeSet<String> {
     let file = ElfFile64::<object::Endianness>::parse(image)
@@ -38,8 +57,7 @@ fn every_module_jit_compiles_for_cdna_and_rdna_without_a_gpu() {
         ),
     }
     // A private cache directory: every compilation below is a real one.
-    let cache = std::env::temp_dir().join(format!("rocm-kernels-tier2-{}", std::process::id()));
-    std::env::set_var("HIP_CORE_CACHE_DIR", &cache);
+    let _cache = PrivateCache::new("tier2");
     let mut total = 0;
     for arch in ["gfx942", "gfx1100"] {
         for (name, _) in MODULE_SOURCES {
@@ -67,7 +85,6 @@ fn every_module_jit_compiles_for_cdna_and_rdna_without_a_gpu() {
             total += jit.len();
         }
     }
-    let _ = std::fs::remove_dir_all(&cache);
     println!(
         "hipRTC compiled {} modules x 2 archs: {total} kernels",
         MODULE_SOURCES.len()
@@ -88,8 +105,7 @@ fn every_kernel_is_defined_by_its_one_dtype_variant() {
         Ok(hip_core::Platform::Amd) => {}
         other => panic!("the AMD platform did not load ({other:?}); run `cargo xtask test`"),
     }
-    let cache = std::env::temp_dir().join(format!("rocm-kernels-variants-{}", std::process::id()));
-    std::env::set_var("HIP_CORE_CACHE_DIR", &cache);
+    let _cache = PrivateCache::new("variants");
     let arch = "gfx942";
     let (mut whole_kernels, mut variant_kernels) = (0, 0);
     for (name, _) in MODULE_SOURCES {
@@ -126,7 +142,6 @@ fn every_kernel_is_defined_by_its_one_dtype_variant() {
             variant_kernels += defined.len();
         }
     }
-    let _ = std::fs::remove_dir_all(&cache);
     println!(
         "one-dtype variants compile {variant_kernels} kernels where whole modules would \
          compile {whole_kernels}"
