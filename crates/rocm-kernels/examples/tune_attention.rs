@@ -8,10 +8,12 @@
 //! ```sh
 //! cargo run --release -p rocm-kernels --no-default-features --example tune_attention -- [SEQ [full]]
 //! cargo run --release -p rocm-kernels --no-default-features --example tune_attention -- decode
+//! cargo run --release -p rocm-kernels --no-default-features --example tune_attention -- decode-sweep
 //! ```
 //! `decode` instead times the split decode (one query row, 32 q / 8 kv heads x 128, bf16, KV
 //! caches of 4k, 16k and 64k keys) per call and per kernel (events around each launch), beside a
-//! device copy of the same bytes.
+//! device copy of the same bytes; `decode-sweep` compiles NVIDIA's matrix decode with other
+//! `AT_DN_*` parameters and times each with several split counts (then the merge).
 
 use std::error::Error;
 
@@ -98,6 +100,15 @@ fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
             .unwrap();
         };
         let per_call = time_ms(d, s, REPS, &mut call)? * 1e3;
+        // The host's time to queue the calls (the GPU is busy behind it: if this is the time
+        // per call, the host is the bound).
+        s.synchronize()?;
+        let t = std::time::Instant::now();
+        for _ in 0..REPS {
+            call();
+        }
+        let host = t.elapsed().as_secs_f64() * 1e6 / REPS as f64;
+        s.synchronize()?;
         // A copy moving the bytes the decode reads (half read, half written).
         let bytes = 2 * sk * hkv * HEAD_DIM * 2;
         let src = s.alloc::<u8>(bytes / 2)?;
@@ -124,8 +135,9 @@ fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
             })
             .collect();
         println!(
-            "decode {sk:6} keys: {per_call:7.2} us per call back to back ({:6.1} GB/s of KV); \
-             copy of the same bytes {copy:6.2} us; per kernel (events): {}",
+            "decode {sk:6} keys: {per_call:7.2} us per call back to back ({:6.1} GB/s of KV; \
+             host queues a call in {host:5.2} us); copy of the same bytes {copy:6.2} us; per \
+             kernel (events): {}",
             bytes as f64 / per_call / 1e3,
             kernels.join(", ")
         );
@@ -133,10 +145,169 @@ fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
+/// NVIDIA's matrix decode (`attn_decode_nv_bf16_d128`) compiled with other `AT_DN_*`
+/// parameters and launched with other split counts (then the committed merge), each output
+/// checked against the portable decode's and timed per call.
+fn decode_sweep(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
+    let (hq, hkv) = (32usize, 8usize);
+    let configs = [
+        ("w4k16s2", "AT_DN_WAVES=4 AT_DN_KEYS=16 AT_DN_STAGES=2"),
+        ("w4k16s3", "AT_DN_WAVES=4 AT_DN_KEYS=16 AT_DN_STAGES=3"),
+        ("w4k16s4", "AT_DN_WAVES=4 AT_DN_KEYS=16 AT_DN_STAGES=4"),
+        ("w2k16s4", "AT_DN_WAVES=2 AT_DN_KEYS=16 AT_DN_STAGES=4"),
+        ("w8k16s2", "AT_DN_WAVES=8 AT_DN_KEYS=16 AT_DN_STAGES=2"),
+        ("w4k32s2", "AT_DN_WAVES=4 AT_DN_KEYS=32 AT_DN_STAGES=2"),
+    ];
+    let source = rocm_kernels::modules::variant_full_source("attention", "bf16")
+        .ok_or("no attention module source")?;
+    let source: String = source
+        .split_inclusive('\n')
+        .map(|l| {
+            let inst = l.starts_with("AT_PREFILL")
+                || l.starts_with("AT_DECODE(")
+                || l.starts_with("AT_DECODE_NV(");
+            let keep = l.starts_with("AT_DECODE_NV(bf16, bf16, 128)")
+                || l.starts_with("AT_DECODE(bf16, bf16, 128)");
+            if inst && !keep {
+                "\n"
+            } else {
+                l
+            }
+        })
+        .collect();
+    let mut modules = Vec::new();
+    for (name, defines) in configs {
+        match d.compile(
+            &format!("tune_dec_{name}"),
+            &format!("{}{source}", define_lines(defines)),
+            &rocm_kernels::modules::compile_options(),
+        ) {
+            Ok(m) => modules.push((name, defines, m)),
+            Err(e) => println!("{name}: compile failed: {e}"),
+        }
+    }
+    for sk in [4096usize, 16384, 65536] {
+        let mut rng = Lcg(11);
+        let mut host =
+            |n: usize| -> Vec<bf16> { (0..n).map(|_| bf16::from_f32(rng.uniform())).collect() };
+        let q = s.alloc_from_host(&host(hq * HEAD_DIM))?;
+        let k = s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?;
+        let v = s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?;
+        let mut o = s.alloc::<bf16>(hq * HEAD_DIM)?;
+        let shape = AttnShape {
+            batch: 1,
+            seq_q: 1,
+            seq_k: sk,
+            heads_q: hq,
+            heads_kv: hkv,
+            head_dim: HEAD_DIM,
+        };
+        let kv_strides = [sk * hkv * HEAD_DIM, hkv * HEAD_DIM, HEAD_DIM];
+        let q_strides = [hq * HEAD_DIM, hq * HEAD_DIM, HEAD_DIM];
+        let opts = AttnOptions::new(0.088, true);
+        at::attention(
+            s,
+            &shape,
+            &AttnOptions {
+                kernel: AttnKernel::Portable,
+                ..opts
+            },
+            AttnInput {
+                data: q.as_slice(),
+                strides: q_strides,
+            },
+            AttnInput {
+                data: k.as_slice(),
+                strides: kv_strides,
+            },
+            AttnInput {
+                data: v.as_slice(),
+                strides: kv_strides,
+            },
+            None,
+            AttnOutput {
+                data: &mut o.as_mut_slice(),
+                strides: q_strides,
+            },
+        )?;
+        let want = o.to_host_vec()?;
+        let p = at::decode_kernel_params(
+            &shape,
+            &opts,
+            [q_strides, kv_strides, kv_strides, q_strides],
+        )?;
+        let bytes = 2 * sk * hkv * HEAD_DIM * 2;
+        for (name, defines, module) in &modules {
+            let f = module.function("attn_decode_nv_bf16_d128")?;
+            let merge = module.function("attn_merge_bf16_d128")?;
+            let waves = define_of(defines, "AT_DN_WAVES", 4);
+            let keys = define_of(defines, "AT_DN_KEYS", 16);
+            let stages = define_of(defines, "AT_DN_STAGES", 2);
+            // AT_DN_SHARED in attention.hip.
+            let shared = (waves * stages * 2 * keys * (HEAD_DIM + 8) * 2) as u32;
+            f.allow_dynamic_shared(shared)?;
+            let mut line = format!(
+                "decode {sk:6} keys {name} ({} regs):",
+                f.attributes().num_regs
+            );
+            for splits in [16usize, 24, 32, 33, 48, 49, 64, 96, 128] {
+                if splits * 32 > sk {
+                    continue;
+                }
+                let mut part = s.alloc::<f32>(splits * hq * (HEAD_DIM + 2))?;
+                o.as_mut_slice().memset_async(0xFF)?;
+                let mut launch = || {
+                    let cfg = LaunchConfig {
+                        grid: [splits as u32, hkv as u32, 1],
+                        block: [32 * waves as u32, 1, 1],
+                        shared_mem_bytes: shared,
+                    };
+                    let mut out = o.as_mut_slice();
+                    let b = f
+                        .builder(s, cfg)
+                        .arg(p)
+                        .arg(q.as_slice())
+                        .arg(k.as_slice())
+                        .arg(v.as_slice())
+                        .arg(NullPtr)
+                        .arg(&mut out)
+                        .arg(&mut part);
+                    // SAFETY: the kernel's contract (kernels/attention.hip): q, k, v and o at
+                    // the strides in `p`, no mask, `part` holding splits x rows x (128 + 2)
+                    // floats.
+                    unsafe { b.launch().unwrap() };
+                    let cfg = LaunchConfig {
+                        grid: [hq as u32, 1, 1],
+                        block: [256, 1, 1],
+                        shared_mem_bytes: 0,
+                    };
+                    let b = merge
+                        .builder(s, cfg)
+                        .arg(p)
+                        .arg(splits as i64)
+                        .arg(&part)
+                        .arg(&mut out);
+                    // SAFETY: the merge's contract: one block per output row, `part` as above.
+                    unsafe { b.launch().unwrap() };
+                };
+                let us = time_ms(d, s, REPS, &mut launch)? * 1e3;
+                let err = max_diff(&o.to_host_vec()?, &want);
+                line += &format!(
+                    " {splits}: {us:.2} us ({:.0} GB/s{})",
+                    bytes as f64 / us / 1e3,
+                    if err > 2e-2 { ", WRONG" } else { "" }
+                );
+            }
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let seq: usize = match args.first().map(String::as_str) {
-        None | Some("decode") => 4096,
+        None | Some("decode" | "decode-sweep") => 4096,
         Some(a) => a.parse()?,
     };
     let causal = args.get(1).map(|a| a != "full").unwrap_or(true);
@@ -150,6 +321,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let s = d.default_stream();
     if args.first().is_some_and(|a| a == "decode") {
         return decode(d, &s);
+    }
+    if args.first().is_some_and(|a| a == "decode-sweep") {
+        return decode_sweep(d, &s);
     }
     println!(
         "{} ({}); b1 x {seq} x {HEADS} heads x {HEAD_DIM}, bf16, {}",

@@ -783,6 +783,11 @@ __device__ __forceinline__ void at_nv_cp_commit() {
 __device__ __forceinline__ void at_nv_cp_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
+// Until at most N of this thread's copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void at_nv_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // Four 8 x 8 matrices of 16-bit elements; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void at_nv_ldsm4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
@@ -1120,6 +1125,285 @@ __device__ __forceinline__ void at_prefill_nv(const AttnParams& p, const T* __re
             }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Decode on NVIDIA sm_80+ (RK_MMA == 1), with mma.sync: the same problem, parameters, grid
+// layout (key split, kv head x query slice, batch) and partial-sum format as at_decode, for f16
+// and bf16. A block carries up to 16 queries (the q heads of one kv head, times query rows) as
+// the 16 rows of one A operand, so Q K^T and P V are matrix products (rows past the slice's
+// queries are zero and masked; the products are cheap, the kernel is bound by the K/V bytes).
+//  * Each of the AT_DN_WAVES warps walks its own tiles of AT_DN_KEYS keys (tiles w, w + W, ...
+//    of the split) with its own online softmax: no block barrier in the key loop.
+//  * A warp copies its tiles (K and V) into its own ring of AT_DN_STAGES slots in shared memory
+//    with cp.async, AT_DN_STAGES - 1 tiles ahead; fragments come from there with ldmatrix (V
+//    transposed by ldmatrix.trans), rows padded by 16 bytes as in at_prefill_nv.
+//  * The warps are combined in shared memory at the end: normalised output with one split,
+//    otherwise partial sums with their (max, sum), merged by at_merge as at_decode's are.
+// ---------------------------------------------------------------------------------------------
+#ifndef AT_DN_WAVES
+#define AT_DN_WAVES 4
+#endif
+#ifndef AT_DN_KEYS
+#define AT_DN_KEYS 16
+#endif
+#ifndef AT_DN_STAGES
+#define AT_DN_STAGES 2
+#endif
+// Query slots per block (the rows of one mma A operand).
+#define AT_DN_ROWS 16
+// Dynamic shared memory of at_decode_nv, in bytes: every warp's ring of K and V tiles (the
+// warps' combination reuses it). Mirrored by `nv_decode_shared_bytes` in attention.rs.
+#define AT_DN_SHARED(T, D) \
+    (AT_DN_WAVES * AT_DN_STAGES * 2 * AT_DN_KEYS * ((D) + 8) * (int)sizeof(T))
+
+template <typename T, int D>
+__device__ __forceinline__ void at_decode_nv(const AttnParams& p, const T* __restrict__ q,
+                                             const T* __restrict__ k, const T* __restrict__ v,
+                                             const T* __restrict__ mask, T* __restrict__ o,
+                                             float* __restrict__ part) {
+    constexpr int W = AT_DN_WAVES, KT = AT_DN_KEYS, ST = AT_DN_STAGES, NQ = AT_DN_ROWS;
+    constexpr int P = D + 8;  // row pitch: 16 bytes of padding
+    constexpr int TILE = KT * P;  // elements of one K or V tile
+    constexpr int DK = D / 16, DN = D / 8, NN = KT / 8, KC = KT / 16;
+    static_assert(KT % 16 == 0 && ST >= 2, "whole 16-key chunks, at least double-buffered");
+    // The combination's floats (W x NQ x D partial sums, W x NQ maxima and sums) fit the ring.
+    static_assert((W * NQ * D + 2 * W * NQ) * 4 <= AT_DN_SHARED(T, D), "combination space");
+    extern __shared__ __attribute__((aligned(128))) unsigned char at_dn_dyn[];
+
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    // Query rows, heads and slots fit 32 bits (the launcher checks seq_q and the head counts).
+    const int g = (int)(p.hq / p.hkv);
+    const int slices = ((int)p.sq * g + NQ - 1) / NQ;
+    const int hk = (int)blockIdx.y / slices, slice = (int)blockIdx.y % slices;
+    const u32 b = blockIdx.z;
+    const int flat0 = slice * NQ;
+    const int nq = (int)p.sq * g - flat0 < NQ ? (int)p.sq * g - flat0 : NQ;
+    const i64 sk = p.sk, shift = p.sk - p.sq;
+
+    // The keys of this split, narrowed to those some query of the slice sees (as at_decode).
+    const i64 per = (sk + gridDim.x - 1) / gridDim.x;
+    i64 c_begin = (i64)blockIdx.x * per, c_end = c_begin + per < sk ? c_begin + per : sk;
+    {
+        const i64 lo = at_key_lo(p, flat0 / g, shift);
+        const i64 hi = at_key_hi(p, (flat0 + nq - 1) / g, shift, sk);
+        c_begin = c_begin > lo ? c_begin : lo;
+        c_end = c_end < hi ? c_end : hi;
+    }
+    const int n = c_end > c_begin ? (int)(c_end - c_begin) : 0;
+
+    // This lane's two query slots (accumulator rows g8 and g8 + 8): row, head, and the keys
+    // each sees as offsets from the split's first key (empty for slots past the slice).
+    int row_s[2], head_s[2], lo_s[2], hi_s[2];
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) {
+        const int r = g8 + 8 * sl;
+        const int flat = flat0 + (r < nq ? r : 0);
+        row_s[sl] = flat / g;
+        head_s[sl] = hk * g + flat % g;
+        const i64 lo = at_key_lo(p, row_s[sl], shift) - c_begin;
+        const i64 hi = at_key_hi(p, row_s[sl], shift, sk) - c_begin;
+        lo_s[sl] = lo < 0 ? 0 : (int)(lo < n ? lo : n);
+        hi_s[sl] = r >= nq || hi < 0 ? 0 : (int)(hi < n ? hi : n);
+    }
+    // Q's fragments (A operands, one per 16 columns), straight from global memory.
+    u32 qf[DK][4];
+    {
+        const T* q0 = q + (i64)b * p.q_sb + (i64)row_s[0] * p.q_ss + (i64)head_s[0] * p.q_sh;
+        const T* q1 = q + (i64)b * p.q_sb + (i64)row_s[1] * p.q_ss + (i64)head_s[1] * p.q_sh;
+        const bool in0 = g8 < nq, in1 = g8 + 8 < nq;
+#pragma unroll
+        for (int kk = 0; kk < DK; ++kk) {
+            const int c = kk * 16 + 2 * t4;
+            qf[kk][0] = in0 ? *(const u32*)(q0 + c) : 0u;
+            qf[kk][1] = in1 ? *(const u32*)(q1 + c) : 0u;
+            qf[kk][2] = in0 ? *(const u32*)(q0 + c + 8) : 0u;
+            qf[kk][3] = in1 ? *(const u32*)(q1 + c + 8) : 0u;
+        }
+    }
+
+    // The warp's ring: slot s holds K then V of one tile.
+    const u32 ring = at_nv_smem(at_dn_dyn) + (u32)(w * ST * 2 * TILE) * (u32)sizeof(T);
+    const u32 k_lane = (u32)(((lane & 7) + 8 * (lane >> 4)) * P + 8 * ((lane >> 3) & 1)) * 2u;
+    const u32 v_lane = (u32)(((lane & 7) + 8 * ((lane >> 3) & 1)) * P + 8 * (lane >> 4)) * 2u;
+    const T* kb = k + (i64)b * p.k_sb + (i64)hk * p.k_sh + c_begin * p.k_ss;
+    const T* vb = v + (i64)b * p.v_sb + (i64)hk * p.v_sh + c_begin * p.v_ss;
+    const int tiles = (n + KT - 1) / KT;
+    const int mine = tiles > w ? (tiles - w + W - 1) / W : 0;  // this warp's tiles
+    // The warp's i-th tile (split tile w + W i) into slot i % ST; an empty commit past the
+    // last keeps the group count even.
+    auto issue = [&](int i) {
+        if (i < mine) {
+            const u32 slot = ring + (u32)((i % ST) * 2 * TILE) * (u32)sizeof(T);
+            const int j0 = (w + W * i) * KT;
+            at_nv_load_rows<T, D, KT, P, 32>(slot, kb, p.k_ss, j0, n, lane);
+            at_nv_load_rows<T, D, KT, P, 32>(slot + (u32)TILE * (u32)sizeof(T), vb, p.v_ss, j0,
+                                             n, lane);
+        }
+        at_nv_cp_commit();
+    };
+
+    float acc[DN][4];
+#pragma unroll
+    for (int dn = 0; dn < DN; ++dn)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[dn][i] = 0.0f;
+    float m[2] = {AT_NEG_INF, AT_NEG_INF}, l[2] = {0.0f, 0.0f};
+
+#pragma unroll
+    for (int i = 0; i < ST - 1; ++i) issue(i);
+    for (int i = 0; i < mine; ++i) {
+        at_nv_cp_wait<ST - 2>();  // this lane's copies of tile i have landed
+        __syncwarp();             // every lane's have; every lane is done with tile i - 1
+        issue(i + ST - 1);        // into tile i - 1's slot
+        const u32 ks = ring + (u32)((i % ST) * 2 * TILE) * (u32)sizeof(T);
+        const u32 vs = ks + (u32)TILE * (u32)sizeof(T);
+        const int j0 = (w + W * i) * KT;
+
+        // S = Q K^T for the tile's keys.
+        float s[NN][4];
+#pragma unroll
+        for (int nn = 0; nn < NN; ++nn)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nn][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < DK; ++kk)
+#pragma unroll
+            for (int np = 0; np < NN / 2; ++np) {
+                u32 b0, b1, b2, b3;
+                at_nv_ldsm4(ks + (u32)(np * 16 * P + kk * 16) * 2u + k_lane, b0, b1, b2, b3);
+                at_nv_mma<T>(s[2 * np], qf[kk], b0, b1);
+                at_nv_mma<T>(s[2 * np + 1], qf[kk], b2, b3);
+            }
+
+        // Logits (base 2) with each slot's visible keys, the mask and the softcap; the tile's
+        // row maxima over the quad of lanes sharing a row.
+        float base[2];
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl) {
+            const T* mr = mask == nullptr ? nullptr
+                                          : mask + (i64)b * p.m_sb + (i64)head_s[sl] * p.m_sh +
+                                                (i64)row_s[sl] * p.m_sq + c_begin * p.m_sk;
+            float mx = AT_NEG_INF;
+#pragma unroll
+            for (int nn = 0; nn < NN; ++nn)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int jr = j0 + nn * 8 + 2 * t4 + e;
+                    const bool seen = jr >= lo_s[sl] && jr < hi_s[sl];
+                    float mv = 0.0f;
+                    if (seen && mr != nullptr) mv = rk_to_compute(mr[(i64)jr * p.m_sk]);
+                    const float x = seen ? at_logit(p, s[nn][2 * sl + e], mv) : AT_NEG_INF;
+                    s[nn][2 * sl + e] = x;
+                    mx = fmaxf(mx, x);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[sl], mx);
+            base[sl] = m_new == AT_NEG_INF ? 0.0f : m_new;
+            const float alpha = at_nv_exp2(m[sl] - base[sl]);
+            m[sl] = m_new;
+            l[sl] *= alpha;
+#pragma unroll
+            for (int dn = 0; dn < DN; ++dn) {
+                acc[dn][2 * sl] *= alpha;
+                acc[dn][2 * sl + 1] *= alpha;
+            }
+        }
+        // Probabilities, packed as the A operands of P V (key tiles 2c and 2c + 1 make the 16
+        // keys of operand c).
+        u32 pa[KC][4];
+#pragma unroll
+        for (int nn = 0; nn < NN; ++nn) {
+            const float p0 = at_nv_exp2(s[nn][0] - base[0]);
+            const float p1 = at_nv_exp2(s[nn][1] - base[0]);
+            const float p2 = at_nv_exp2(s[nn][2] - base[1]);
+            const float p3 = at_nv_exp2(s[nn][3] - base[1]);
+            l[0] += p0 + p1;
+            l[1] += p2 + p3;
+            pa[nn >> 1][2 * (nn & 1)] = at_nv_pack<T>(p0, p1);
+            pa[nn >> 1][2 * (nn & 1) + 1] = at_nv_pack<T>(p2, p3);
+        }
+        // O += P V.
+#pragma unroll
+        for (int c = 0; c < KC; ++c)
+#pragma unroll
+            for (int dp = 0; dp < DN / 2; ++dp) {
+                u32 b0, b1, b2, b3;
+                at_nv_ldsm4_t(vs + (u32)(c * 16 * P + dp * 16) * 2u + v_lane, b0, b1, b2, b3);
+                at_nv_mma<T>(acc[2 * dp], pa[c], b0, b1);
+                at_nv_mma<T>(acc[2 * dp + 1], pa[c], b2, b3);
+            }
+    }
+    at_nv_cp_wait<0>();
+
+    // Combine the warps: each row's block max, every warp's sums rescaled to it, added.
+    float* red = reinterpret_cast<float*>(at_dn_dyn);  // [W][NQ][D]
+    float* wm = red + W * NQ * D;                      // [W][NQ]
+    float* wl = wm + W * NQ;                           // [W][NQ]
+    __syncthreads();  // every warp is done with its ring
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) {
+        float lt = l[sl];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        if (t4 == 0) {
+            wm[w * NQ + g8 + 8 * sl] = m[sl];
+            wl[w * NQ + g8 + 8 * sl] = lt;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) {
+        const int r = g8 + 8 * sl;
+        float mx = AT_NEG_INF;
+#pragma unroll
+        for (int t = 0; t < W; ++t) mx = fmaxf(mx, wm[t * NQ + r]);
+        const float f = at_nv_exp2(m[sl] - (mx == AT_NEG_INF ? 0.0f : mx));
+        float* dst = red + (w * NQ + r) * D + 2 * t4;
+#pragma unroll
+        for (int dn = 0; dn < DN; ++dn) {
+            dst[dn * 8] = acc[dn][2 * sl] * f;
+            dst[dn * 8 + 1] = acc[dn][2 * sl + 1] * f;
+        }
+    }
+    __syncthreads();
+    const bool single = gridDim.x == 1;
+    for (int idx = tid; idx < nq * D; idx += W * 32) {
+        const int r = idx / D, d = idx % D;
+        float mx = AT_NEG_INF;
+#pragma unroll
+        for (int t = 0; t < W; ++t) mx = fmaxf(mx, wm[t * NQ + r]);
+        const float base_r = mx == AT_NEG_INF ? 0.0f : mx;
+        float sum = 0.0f, lsum = 0.0f;
+#pragma unroll
+        for (int t = 0; t < W; ++t) {
+            sum += red[(t * NQ + r) * D + d];
+            lsum += wl[t * NQ + r] * at_nv_exp2(wm[t * NQ + r] - base_r);
+        }
+        const int flat = flat0 + r;
+        const i64 row = flat / g, head = hk * g + flat % g;
+        if (single) {
+            const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+            o[(i64)b * p.o_sb + row * p.o_ss + head * p.o_sh + d] = rk_from_compute<T>(sum * inv);
+        } else {
+            const i64 prow = ((i64)blockIdx.x * p.splits_rows) + ((i64)b * p.hq + head) * p.sq + row;
+            part[prow * D + d] = sum;
+            if (d == 0) {
+                float* stats = part + p.splits_rows * (i64)gridDim.x * D;
+                stats[2 * prow] = mx;
+                stats[2 * prow + 1] = lsum;
+            }
+        }
+    }
+}
+
+#define AT_DECODE_NV(TN, T, D)                                                                   \
+    RK_KERNEL void __launch_bounds__(AT_DN_WAVES * 32)                                           \
+        attn_decode_nv_##TN##_d##D(AttnParams p, const T* q, const T* k, const T* v,             \
+                                   const T* mask, T* o, float* part) {                           \
+        at_decode_nv<T, D>(p, q, k, v, mask, o, part);                                           \
+    }
 #endif  // RK_MMA == 1
 
 // The matrix-instruction prefill kernels: on NVIDIA the kernel above, elsewhere at_prefill_mma.
@@ -1469,60 +1753,89 @@ __device__ __forceinline__ void at_decode(const AttnParams& p, const T* __restri
     }
 }
 
-// Merges the splits' partial sums: one block of AT_THREADS per output row. The splits' weights
-// (each split's max rescaled to the row's) go to shared memory once; then every column is summed
-// over the splits by AT_THREADS / D threads, each taking a share of the splits (independent
-// loads in flight together), and the shares are added.
+// Merges the splits' partial sums: one block of AT_THREADS per output row. The row's D columns
+// are D / 4 four-float vectors; the block's threads form G = AT_THREADS / (D / 4) groups, and
+// group t takes splits t, t + G, ... A thread loads its splits' vectors and (max, sum) pairs
+// AT_MERGE_LOADS at a time, all in flight together (one round of memory latency for up to
+// G x AT_MERGE_LOADS splits; the loads do not wait for the row's max), and folds them into its
+// own online softmax; the groups are then rescaled to the row's max and added in shared memory.
 #define AT_MAX_SPLITS 256
-__device__ __forceinline__ float at_block_reduce(float x, float* red, bool is_max) {
-    const int tid = threadIdx.x;
-    __syncthreads();  // red is free
-    red[tid] = x;
-    __syncthreads();
-#pragma unroll
-    for (int off = AT_THREADS / 2; off > 0; off >>= 1) {
-        if (tid < off) red[tid] = is_max ? fmaxf(red[tid], red[tid + off]) : red[tid] + red[tid + off];
-        __syncthreads();
-    }
-    return red[0];
-}
-
+#define AT_MERGE_LOADS 8
 template <typename T, int D>
 __device__ __forceinline__ void at_merge(const AttnParams& p, i64 splits,
                                          const float* __restrict__ part, T* __restrict__ o) {
-    __shared__ float weight[AT_MAX_SPLITS];
-    __shared__ float red[AT_THREADS];
+    constexpr int CW = D / 4;                // four-float vectors a row
+    constexpr int G = AT_THREADS / CW;       // groups over the splits
+    constexpr int U = AT_MERGE_LOADS;
+    static_assert(D % 4 == 0 && G >= 1, "four-float vectors, at least one group");
+    __shared__ float4 red[G * CW];
+    __shared__ float gmax[G], gden[G];
     const i64 row = blockIdx.x, rows = p.splits_rows;
     const int tid = threadIdx.x, ns = (int)splits;
+    const int cv = tid % CW, grp = tid / CW;
+    const bool active = grp < G;
     const float* stats = part + rows * splits * D;
-    float mx = AT_NEG_INF;
-    for (int s = tid; s < ns; s += AT_THREADS) mx = fmaxf(mx, stats[2 * (s * rows + row)]);
-    mx = at_block_reduce(mx, red, true);
-    const float base = mx == AT_NEG_INF ? 0.0f : mx;
-    float den = 0.0f;
-    for (int s = tid; s < ns; s += AT_THREADS) {
-        const i64 pr = s * rows + row;
-        const float w = exp2f(stats[2 * pr] - base);
-        weight[s] = w;
-        den += w * stats[2 * pr + 1];
+    const float4* part4 = reinterpret_cast<const float4*>(part);
+
+    float mt = AT_NEG_INF, den = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = grp; active && s0 < ns; s0 += G * U) {
+        float ms[U], ls[U];
+        float4 x[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int sp = s0 + G * u;
+            const i64 pr = (i64)sp * rows + row;
+            const bool in = sp < ns;
+            ms[u] = in ? stats[2 * pr] : AT_NEG_INF;
+            ls[u] = in ? stats[2 * pr + 1] : 0.0f;
+            x[u] = in ? part4[pr * CW + cv] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        float mx = mt;
+#pragma unroll
+        for (int u = 0; u < U; ++u) mx = fmaxf(mx, ms[u]);
+        const float base = mx == AT_NEG_INF ? 0.0f : mx;
+        const float alpha = exp2f(mt - base);
+        den *= alpha;
+        acc.x *= alpha; acc.y *= alpha; acc.z *= alpha; acc.w *= alpha;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const float w = exp2f(ms[u] - base);
+            den += w * ls[u];
+            acc.x += w * x[u].x; acc.y += w * x[u].y; acc.z += w * x[u].z; acc.w += w * x[u].w;
+        }
+        mt = mx;
     }
-    den = at_block_reduce(den, red, false);  // its barriers also publish `weight`
-    constexpr int G = AT_THREADS / D > 0 ? AT_THREADS / D : 1;
-    const int col = tid % D, grp = tid / D;
-    float num = 0.0f;
-    if (grp < G && col < D) {
-#pragma unroll 8
-        for (int s = grp; s < ns; s += G) num += weight[s] * part[(s * rows + row) * D + col];
+    if (active && cv == 0) {
+        gmax[grp] = mt;
+        gden[grp] = den;
     }
-    __syncthreads();  // every thread has read red[0]
-    red[tid] = num;
     __syncthreads();
-    for (int d = tid; d < D; d += AT_THREADS) {
-        float sum = 0.0f;
-        for (int g = 0; g < G; ++g) sum += red[g * D + d];
+    float mx = AT_NEG_INF;
+#pragma unroll
+    for (int t = 0; t < G; ++t) mx = fmaxf(mx, gmax[t]);
+    const float base = mx == AT_NEG_INF ? 0.0f : mx;
+    if (active) {
+        const float f = exp2f(mt - base);
+        red[grp * CW + cv] = make_float4(acc.x * f, acc.y * f, acc.z * f, acc.w * f);
+    }
+    __syncthreads();
+    if (tid < CW) {
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float total = 0.0f;
+#pragma unroll
+        for (int t = 0; t < G; ++t) {
+            const float4 r = red[t * CW + tid];
+            sum.x += r.x; sum.y += r.y; sum.z += r.z; sum.w += r.w;
+            total += gden[t] * exp2f(gmax[t] - base);
+        }
+        const float inv = total > 0.0f ? 1.0f / total : 0.0f;
         const i64 i = row % p.sq, h = (row / p.sq) % p.hq, b = row / (p.sq * p.hq);
-        o[b * p.o_sb + i * p.o_ss + h * p.o_sh + d] =
-            rk_from_compute<T>(den > 0.0f ? sum / den : 0.0f);
+        T* dst = o + b * p.o_sb + i * p.o_ss + h * p.o_sh + 4 * tid;
+        dst[0] = rk_from_compute<T>(sum.x * inv);
+        dst[1] = rk_from_compute<T>(sum.y * inv);
+        dst[2] = rk_from_compute<T>(sum.z * inv);
+        dst[3] = rk_from_compute<T>(sum.w * inv);
     }
 }
 
@@ -1604,6 +1917,19 @@ AT_PREFILL_MMA(f16, f16, 64, AT_MMA_BN)
 AT_PREFILL_MMA(f16, f16, 80, AT_MMA_BN)
 AT_PREFILL_MMA(f16, f16, 96, AT_MMA_BN)
 AT_PREFILL_MMA(f16, f16, 128, AT_MMA_BN)
+#endif
+// NVIDIA's matrix-instruction decode (mirrored by `MMA_HEAD_DIMS` in attention.rs).
+#if RK_MMA == 1
+AT_DECODE_NV(bf16, bf16, 32)
+AT_DECODE_NV(bf16, bf16, 64)
+AT_DECODE_NV(bf16, bf16, 80)
+AT_DECODE_NV(bf16, bf16, 96)
+AT_DECODE_NV(bf16, bf16, 128)
+AT_DECODE_NV(f16, f16, 32)
+AT_DECODE_NV(f16, f16, 64)
+AT_DECODE_NV(f16, f16, 80)
+AT_DECODE_NV(f16, f16, 96)
+AT_DECODE_NV(f16, f16, 128)
 #endif
 #if RK_MMA == 1
 AT_PREFILL_TILES(bf16, bf16, 32, AT_MMA_BN)

@@ -45,6 +45,19 @@ const DECODE_MIN_KEYS_PER_SPLIT: usize = 128;
 const DECODE_BLOCKS_PER_SM: usize = 2;
 /// Most decode splits (`AT_MAX_SPLITS`: the merge's shared weights).
 const DECODE_MAX_SPLITS: usize = 256;
+/// NVIDIA's matrix-instruction decode (`at_decode_nv`): warps per block (`AT_DN_WAVES`), keys
+/// per warp tile (`AT_DN_KEYS`), tiles in each warp's ring (`AT_DN_STAGES`) and query slots per
+/// block (`AT_DN_ROWS`).
+const NV_DECODE_WAVES: usize = 4;
+const NV_DECODE_KEYS: usize = 16;
+const NV_DECODE_STAGES: usize = 2;
+const NV_DECODE_ROWS: usize = 16;
+/// Blocks of NVIDIA's matrix decode per multiprocessor that the split count aims at. Shared
+/// memory and registers allow 3 at head dim 128 on an H100, but 2 were faster at 4k, 16k and
+/// 64k keys (`tune_attention decode-sweep`, docs/attention.md): fewer splits to merge.
+const NV_DECODE_BLOCKS_PER_SM: usize = 2;
+/// Fewest keys per split of NVIDIA's matrix decode (its warps take 16-key tiles).
+const NV_DECODE_MIN_KEYS_PER_SPLIT: usize = 64;
 /// Head dims with matrix-instruction prefill kernels (f16 and bf16).
 pub const MMA_HEAD_DIMS: [usize; 5] = [32, 64, 80, 96, 128];
 /// Query rows per block of the matrix-instruction prefill (`AT_MMA_BM`: 4 waves x 16 rows).
@@ -69,6 +82,12 @@ fn nv_prefill_shared_bytes(elem_bytes: usize, head_dim: usize) -> usize {
         0
     };
     (2 * NV_KEYS + q_rows) * (head_dim + 8) * elem_bytes
+}
+
+/// Dynamic shared memory of NVIDIA's matrix-instruction decode (`AT_DN_SHARED`): every warp's
+/// ring of K and V tiles, rows padded by 16 bytes.
+fn nv_decode_shared_bytes(elem_bytes: usize, head_dim: usize) -> usize {
+    NV_DECODE_WAVES * NV_DECODE_STAGES * 2 * NV_DECODE_KEYS * (head_dim + 8) * elem_bytes
 }
 
 /// The problem's sizes. For variable-length batches, `seq_q`/`seq_k` are the longest sequences.
@@ -103,23 +122,27 @@ pub struct AttnOptions {
     pub kernel: AttnKernel,
 }
 
-/// The prefill kernel family.
+/// The kernel family. Prefill has matrix-instruction kernels on every target with the
+/// instructions; decode (up to [`DECODE_MAX_SEQ_Q`] query rows) on NVIDIA sm_80+ only, and
+/// elsewhere every choice decodes with the portable kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttnKernel {
     /// The matrix-instruction kernels where the device has them (MFMA on CDNA2/3, WMMA on
     /// RDNA3/4, mma on NVIDIA sm_80+), for f16/bf16 and [`MMA_HEAD_DIMS`], once they agree with
-    /// the portable kernels on a small problem at first use on the device (see
+    /// the portable kernels on small problems at first use on the device (see
     /// [`matrix_prefill_verdict`]); otherwise the portable kernels.
     #[default]
     Auto,
     /// The portable kernels (every target, dtype and head dim).
     Portable,
-    /// The matrix-instruction kernels without the first-use check; an error where there are none.
+    /// The matrix-instruction kernels without the first-use check; for prefill an error where
+    /// there are none.
     Matrix,
     /// The tile-abstraction matrix kernels (`at_prefill_mma`) without the first-use check: on
     /// AMD the same kernels as [`AttnKernel::Matrix`]; on NVIDIA, where `Matrix` runs a kernel
     /// written for `mma.sync` alone, the AMD kernels' algorithm compiled for `mma.sync`, so that
-    /// the GPUs at hand run it too (the test suite does). An error where there are none.
+    /// the GPUs at hand run it too (the test suite does). An error where there are none. Decode
+    /// takes the portable kernels.
     Tiles,
 }
 
@@ -222,6 +245,15 @@ pub fn prefill_kernel_params(
     opts: &AttnOptions,
     strides: [[usize; 3]; 4],
 ) -> Result<impl KernelArg + Copy> {
+    prefill_params(shape, opts, strides)
+}
+
+/// [`prefill_kernel_params`], as our own type.
+fn prefill_params(
+    shape: &AttnShape,
+    opts: &AttnOptions,
+    strides: [[usize; 3]; 4],
+) -> Result<ParamsArg> {
     let op = "prefill_kernel_params";
     let mut p = params(op, shape, opts)?;
     for (dst, src) in [&mut p.q, &mut p.k, &mut p.v, &mut p.o]
@@ -234,6 +266,23 @@ pub fn prefill_kernel_params(
     }
     p.total_q = p.sq;
     p.total_k = p.sk;
+    Ok(ParamsArg(p))
+}
+
+/// The decode kernels' first argument (`AttnParams`) for `shape` and `opts`, as
+/// [`prefill_kernel_params`] (the other arguments: q, k, v, mask, out, part; then the merge's
+/// (params, splits, part, out)), with the partial buffers' row count set.
+pub fn decode_kernel_params(
+    shape: &AttnShape,
+    opts: &AttnOptions,
+    strides: [[usize; 3]; 4],
+) -> Result<impl KernelArg + Copy> {
+    let ParamsArg(mut p) = prefill_params(shape, opts, strides)?;
+    p.splits_rows = to_i64(
+        "decode_kernel_params",
+        "rows",
+        shape.batch * shape.heads_q * shape.seq_q,
+    )?;
     Ok(ParamsArg(p))
 }
 
@@ -462,7 +511,7 @@ pub fn attention<T: KernelDType>(
     }
     let mask_arg = OptArg(mask.map(|m| m.data));
     if sq <= DECODE_MAX_SEQ_Q {
-        return decode(stream, shape, p, q, k, v, mask_arg, out);
+        return decode(stream, shape, p, opts.kernel, q, k, v, mask_arg, out);
     }
     let kind = prefill_kind::<T>(stream, op, opts.kernel, d, sq.max(sk))?;
     let no_cu = OptArg::<u32>(None);
@@ -538,11 +587,11 @@ fn prefill_kind<T: KernelDType>(
     }
 }
 
-/// Whether the matrix-instruction prefill of T (f16 or bf16) and head dim `d` is used on the
-/// stream's device by [`AttnKernel::Auto`]: false where the target has no such kernels or where
-/// they disagreed with the portable kernels on a small known problem, run once per (device,
-/// dtype, head dim) at first use (one warning, to stderr, names the difference). The check
-/// synchronises the stream once.
+/// Whether the matrix-instruction kernels of T (f16 or bf16) and head dim `d` (prefill, and
+/// decode on NVIDIA) are used on the stream's device by [`AttnKernel::Auto`]: false where the
+/// target has no such kernels or where they disagreed with the portable kernels on small known
+/// problems (a prefill and a decode), run once per (device, dtype, head dim) at first use (one
+/// warning, to stderr, names the difference). The check synchronises the stream.
 pub fn matrix_prefill_verdict<T: KernelDType>(stream: &Stream, head_dim: usize) -> Result<bool> {
     if !has_matrix_kernels::<T>(head_dim) {
         return Ok(false);
@@ -662,13 +711,15 @@ struct DecodeGrid {
 /// the queries over more blocks are taken, down to one query per block.
 fn decode_grid(kv_heads: usize, queries: usize, keys: usize, sms: usize) -> DecodeGrid {
     let grid = |nq: usize| {
-        let slices = queries.div_ceil(nq);
-        let blocks = kv_heads * slices;
-        let splits = (DECODE_BLOCKS_PER_SM * sms)
-            .div_ceil(blocks.max(1))
-            .min(keys.div_ceil(DECODE_MIN_KEYS_PER_SPLIT))
-            .clamp(1, DECODE_MAX_SPLITS);
-        (DecodeGrid { nq, slices, splits }, blocks * splits)
+        let grid = split_grid(
+            kv_heads,
+            queries,
+            nq,
+            keys,
+            DECODE_BLOCKS_PER_SM * sms,
+            DECODE_MIN_KEYS_PER_SPLIT,
+        );
+        (grid, kv_heads * grid.slices * grid.splits)
     };
     // The widest width that fills the GPU, else the narrowest.
     let widest = decode_queries(queries);
@@ -682,12 +733,47 @@ fn decode_grid(kv_heads: usize, queries: usize, keys: usize, sms: usize) -> Deco
         .0
 }
 
+/// The grid of NVIDIA's matrix decode: 16 query slots a block, keys split until the grid holds
+/// NV_DECODE_BLOCKS_PER_SM blocks per multiprocessor (at least NV_DECODE_MIN_KEYS_PER_SPLIT
+/// keys a split).
+fn nv_decode_grid(kv_heads: usize, queries: usize, keys: usize, sms: usize) -> DecodeGrid {
+    split_grid(
+        kv_heads,
+        queries,
+        NV_DECODE_ROWS,
+        keys,
+        NV_DECODE_BLOCKS_PER_SM * sms,
+        NV_DECODE_MIN_KEYS_PER_SPLIT,
+    )
+}
+
+/// Blocks of `nq` queries over `queries` per kv head ("slices"), and key splits until the grid
+/// holds about `blocks_wanted` blocks (splits of at least `min_keys` keys, at most
+/// DECODE_MAX_SPLITS).
+fn split_grid(
+    kv_heads: usize,
+    queries: usize,
+    nq: usize,
+    keys: usize,
+    blocks_wanted: usize,
+    min_keys: usize,
+) -> DecodeGrid {
+    let slices = queries.div_ceil(nq);
+    let blocks = kv_heads * slices;
+    // Rounded down: a block past the wave would run alone after it, at the cost of a wave.
+    let splits = (blocks_wanted / blocks.max(1))
+        .min(keys.div_ceil(min_keys))
+        .clamp(1, DECODE_MAX_SPLITS);
+    DecodeGrid { nq, slices, splits }
+}
+
 /// The split-key decode path and, with several splits, the merge.
 #[allow(clippy::too_many_arguments)]
 fn decode<T: KernelDType>(
     stream: &Stream,
     shape: &AttnShape,
     mut p: Params,
+    choice: AttnKernel,
     q: AttnInput<'_, T>,
     k: AttnInput<'_, T>,
     v: AttnInput<'_, T>,
@@ -710,13 +796,25 @@ fn decode<T: KernelDType>(
         ));
     }
     let group = shape.heads_q / shape.heads_kv;
-    let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
-    let DecodeGrid { nq, slices, splits } = decode_grid(
-        shape.batch * shape.heads_kv,
-        shape.seq_q * group,
-        shape.seq_k,
-        sms,
-    );
+    let device = stream.device();
+    let sms = device.properties().multiprocessor_count.max(1) as usize;
+    // NVIDIA sm_80+ has a matrix-instruction decode for f16/bf16 (`Auto` once the first-use
+    // check has passed, or `Matrix`); `Portable`, `Tiles` and every other case take the
+    // portable decode.
+    let matrix = device.platform() == hip_core::Platform::Nvidia
+        && device.properties().compute_capability.0 >= 8
+        && has_matrix_kernels::<T>(d)
+        && match choice {
+            AttnKernel::Matrix => true,
+            AttnKernel::Auto => selfcheck::verdict::<T>(stream, d)?,
+            AttnKernel::Portable | AttnKernel::Tiles => false,
+        };
+    let (kv_heads, queries) = (shape.batch * shape.heads_kv, shape.seq_q * group);
+    let DecodeGrid { nq, slices, splits } = if matrix {
+        nv_decode_grid(kv_heads, queries, shape.seq_k, sms)
+    } else {
+        decode_grid(kv_heads, queries, shape.seq_k, sms)
+    };
     let rows = shape.batch * shape.heads_q * shape.seq_q;
     p.splits_rows = to_i64(op, "rows", rows)?;
     let config = LaunchConfig {
@@ -730,8 +828,20 @@ fn decode<T: KernelDType>(
             )?,
             grid_dim(op, "batch", shape.batch, 65_535)?,
         ],
-        block: [THREADS, 1, 1],
-        shared_mem_bytes: 0,
+        block: [
+            if matrix {
+                32 * NV_DECODE_WAVES as u32
+            } else {
+                THREADS
+            },
+            1,
+            1,
+        ],
+        shared_mem_bytes: if matrix {
+            nv_decode_shared_bytes(std::mem::size_of::<T>(), d) as u32
+        } else {
+            0
+        },
     };
     let part_len = splits
         .checked_mul(rows)
@@ -742,11 +852,17 @@ fn decode<T: KernelDType>(
     } else {
         None
     };
-    let f = function(
-        stream,
-        MODULE,
-        &format!("attn_decode_{}_d{d}_q{nq}", T::NAME),
-    )?;
+    let f = if matrix {
+        let f = function(stream, MODULE, &format!("attn_decode_nv_{}_d{d}", T::NAME))?;
+        f.allow_dynamic_shared(config.shared_mem_bytes)?;
+        f
+    } else {
+        function(
+            stream,
+            MODULE,
+            &format!("attn_decode_{}_d{d}_q{nq}", T::NAME),
+        )?
+    };
     let builder = f
         .builder(stream, config)
         .arg(ParamsArg(p))
@@ -758,7 +874,9 @@ fn decode<T: KernelDType>(
     // SAFETY: (AttnParams p, const T* q, k, v, mask, T* o, float* part): reads and writes stay
     // within the operand extents checked by `attention`; with one split the output is written
     // and `part` is unused (null), otherwise `part` holds splits x rows x (head_dim + 2) floats:
-    // the partial sums of every (split, row) and their (max, sum) pairs.
+    // the partial sums of every (split, row) and their (max, sum) pairs. NVIDIA's matrix decode
+    // (same arguments) has 128 threads and the dynamic shared memory `AT_DN_SHARED` allowed
+    // above.
     match part.as_mut() {
         // SAFETY: as above, `buf` being the partial-sum buffer of the splits.
         Some(buf) => unsafe { builder.arg(&mut *buf).launch()? },
@@ -952,6 +1070,41 @@ mod tests {
             "((2 * (BN) + ((RT) > 1 ? 16 * (RT) * (WAVES) : 0)) * ((D) + 8) * (int)sizeof(T))"
         ));
         assert_eq!(nv_prefill_shared_bytes(2, 128), (2 * 64 + 128) * 136 * 2);
+        // NVIDIA's decode: its defaults, kernels and shared memory formula.
+        assert!(src.contains(&format!("#define AT_DN_WAVES {NV_DECODE_WAVES}\n")));
+        assert!(src.contains(&format!("#define AT_DN_KEYS {NV_DECODE_KEYS}\n")));
+        assert!(src.contains(&format!("#define AT_DN_STAGES {NV_DECODE_STAGES}\n")));
+        assert!(src.contains(&format!("#define AT_DN_ROWS {NV_DECODE_ROWS}\n")));
+        assert!(src.contains(
+            "(AT_DN_WAVES * AT_DN_STAGES * 2 * AT_DN_KEYS * ((D) + 8) * (int)sizeof(T))"
+        ));
+        assert_eq!(nv_decode_shared_bytes(2, 128), 4 * 2 * 2 * 16 * 136 * 2);
+        for d in MMA_HEAD_DIMS {
+            assert!(src.contains(&format!("AT_DECODE_NV(bf16, bf16, {d})\n")));
+            assert!(src.contains(&format!("AT_DECODE_NV(f16, f16, {d})\n")));
+        }
+    }
+
+    #[test]
+    fn nv_decode_grid_fills_two_blocks_per_multiprocessor() {
+        // 8 kv heads of 4 queries: one 16-slot block each, 4k keys in 33 splits (264 blocks, 2
+        // per multiprocessor), at least 64 keys a split.
+        assert_eq!(
+            nv_decode_grid(8, 4, 4096, 132),
+            DecodeGrid {
+                nq: 16,
+                slices: 1,
+                splits: 33
+            }
+        );
+        // Rounded down: 3 kv heads would want 88 splits (264 blocks), not 89 (267).
+        assert_eq!(nv_decode_grid(3, 4, 65536, 132).splits, 88);
+        assert_eq!(nv_decode_grid(8, 4, 300, 132).splits, 5);
+        // 32 queries per kv head: two slices.
+        assert_eq!(nv_decode_grid(8, 32, 65536, 132).slices, 2);
+        // At most 256 splits; at least one.
+        assert_eq!(nv_decode_grid(1, 1, 1 << 20, 132).splits, 256);
+        assert_eq!(nv_decode_grid(64, 4, 10, 132).splits, 1);
     }
 
     #[test]

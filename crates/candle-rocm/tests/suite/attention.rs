@@ -370,14 +370,17 @@ fn run(dev: &RocmDevice, p: &Problem) {
     }
 }
 
-/// The prefill kernel families a case runs on: the portable kernels, and the matrix-instruction
-/// kernels where they exist for the dtype and head dim: the device's own and the
-/// tile-abstraction ones (the same on AMD; on NVIDIA the AMD kernels' algorithm).
+/// The kernel families a case runs on: the portable kernels, and the matrix-instruction kernels
+/// where they exist for the dtype and head dim: for prefill the device's own and the
+/// tile-abstraction ones (the same on AMD; on NVIDIA the AMD kernels' algorithm); for decode
+/// the device's own (NVIDIA sm_80+; elsewhere `Matrix` decodes with the portable kernels).
 fn kernels_for(dtype: DType, d: usize, prefill: bool) -> Vec<AttnKernel> {
     let mut k = vec![AttnKernel::Portable];
-    if prefill && matches!(dtype, DType::F16 | DType::BF16) && MMA_HEAD_DIMS.contains(&d) {
+    if matches!(dtype, DType::F16 | DType::BF16) && MMA_HEAD_DIMS.contains(&d) {
         k.push(AttnKernel::Matrix);
-        k.push(AttnKernel::Tiles);
+        if prefill {
+            k.push(AttnKernel::Tiles);
+        }
     }
     k
 }

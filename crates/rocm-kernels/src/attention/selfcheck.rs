@@ -1,9 +1,10 @@
-//! The first-use check of the matrix-instruction prefill: before [`AttnKernel::Auto`] uses the
-//! matrix-instruction kernels of a (device, dtype, head dim), it runs one small known problem
-//! (80 queries x 300 keys: two query tiles of the AMD kernels, one partial, and one partial tile
-//! of NVIDIA's, whose first key tiles every row sees whole; causal, grouped heads, random inputs
-//! from a fixed seed) on them
-//! and on the portable kernels and compares. A target without the kernels, or kernels that
+//! The first-use check of the matrix-instruction attention: before [`AttnKernel::Auto`] uses the
+//! matrix-instruction kernels of a (device, dtype, head dim), it runs two small known problems
+//! on them and on the portable kernels and compares: a prefill (80 queries x 300 keys: two
+//! query tiles of the AMD kernels, one partial, and one partial tile of NVIDIA's, whose first
+//! key tiles every row sees whole) and a decode (one query row, 8 q heads on 2 kv heads, 300
+//! keys: split and merged by NVIDIA's matrix decode; elsewhere the portable decode on both
+//! sides); causal, grouped heads, random inputs from fixed seeds. A target without the kernels, or kernels that
 //! disagree, leave Auto on the portable path; a disagreement prints one warning. Operand layouts
 //! of the matrix instructions were written from the vendors' tables without AMD hardware to run
 //! them on, so a wrong fast path must never give a user wrong answers silently.
@@ -108,35 +109,61 @@ pub(super) fn max_difference(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// Runs the known problem on both kernel kinds; false where the matrix kernels are missing or
+/// Runs the known problems on both kernel kinds; false where the matrix kernels are missing or
 /// disagree.
 fn check<T: HalfFloat>(stream: &Stream, d: usize) -> Result<bool> {
-    let shape = AttnShape {
-        batch: 1,
-        seq_q: 80,
-        // 220 keys before the first query's diagonal: key tiles that every row sees whole, so
-        // NVIDIA's kernel runs its unmasked body as well as the masked one.
-        seq_k: 300,
-        heads_q: 2,
-        heads_kv: 1,
-        head_dim: d,
-    };
+    // Prefill: 80 queries x 300 keys, 2 q heads on 1 kv head. Decode: one query row of 8 q
+    // heads on 2 kv heads against 300 keys (split, then merged, on NVIDIA's matrix decode).
+    let problems = [(80, 300, 2, 1), (1, 300, 8, 2)];
+    let mut worst = 0.0f32;
+    for (seq_q, seq_k, heads_q, heads_kv) in problems {
+        let shape = AttnShape {
+            batch: 1,
+            seq_q,
+            seq_k,
+            heads_q,
+            heads_kv,
+            head_dim: d,
+        };
+        match compare::<T>(stream, &shape)? {
+            Some(diff) => worst = worst.max(diff),
+            // No matrix-instruction kernels for this target: the portable path, silently.
+            None => return Ok(false),
+        }
+    }
+    let agree = worst <= tolerance(T::NAME);
+    if !agree && !WARNED.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "warning: rocm-kernels: the matrix-instruction attention kernels disagree with the \
+             portable kernels on {} ({} head dim {d}: largest difference {worst}); fused \
+             attention uses the portable kernels (slower, correct) on this device",
+            stream.device().properties().arch_name,
+            T::NAME,
+        );
+    }
+    Ok(agree)
+}
+
+/// The largest difference between the portable and the matrix-instruction kernels on one
+/// causal problem (random inputs from fixed seeds), or None where the matrix kernels refuse it.
+fn compare<T: HalfFloat>(stream: &Stream, shape: &AttnShape) -> Result<Option<f32>> {
+    let (d, hq, hkv) = (shape.head_dim, shape.heads_q, shape.heads_kv);
     let to_t = |v: Vec<f32>| v.into_iter().map(T::from_f32).collect::<Vec<T>>();
-    let q = stream.alloc_from_host(&to_t(inputs(shape.seq_q * 2 * d, 1)))?;
-    let k = stream.alloc_from_host(&to_t(inputs(shape.seq_k * d, 2)))?;
-    let v = stream.alloc_from_host(&to_t(inputs(shape.seq_k * d, 3)))?;
-    let q_strides = [shape.seq_q * 2 * d, 2 * d, d];
-    let kv_strides = [shape.seq_k * d, d, d];
+    let q = stream.alloc_from_host(&to_t(inputs(shape.seq_q * hq * d, 1)))?;
+    let k = stream.alloc_from_host(&to_t(inputs(shape.seq_k * hkv * d, 2)))?;
+    let v = stream.alloc_from_host(&to_t(inputs(shape.seq_k * hkv * d, 3)))?;
+    let q_strides = [shape.seq_q * hq * d, hq * d, d];
+    let kv_strides = [shape.seq_k * hkv * d, hkv * d, d];
     let mut outputs = Vec::with_capacity(2);
     for kernel in [AttnKernel::Portable, AttnKernel::Matrix] {
         let opts = AttnOptions {
             kernel,
             ..AttnOptions::new(1.0 / (d as f32).sqrt(), true)
         };
-        let mut out = stream.alloc::<T>(shape.seq_q * 2 * d)?;
+        let mut out = stream.alloc::<T>(shape.seq_q * hq * d)?;
         let run = attention::<T>(
             stream,
-            &shape,
+            shape,
             &opts,
             AttnInput {
                 data: q.as_slice(),
@@ -158,8 +185,7 @@ fn check<T: HalfFloat>(stream: &Stream, d: usize) -> Result<bool> {
         );
         match (kernel, run) {
             (_, Ok(())) => {}
-            // No matrix-instruction kernels for this target: the portable path, silently.
-            (AttnKernel::Matrix, Err(_)) => return Ok(false),
+            (AttnKernel::Matrix, Err(_)) => return Ok(None),
             (_, Err(e)) => return Err(e),
         }
         outputs.push(
@@ -169,18 +195,7 @@ fn check<T: HalfFloat>(stream: &Stream, d: usize) -> Result<bool> {
                 .collect::<Vec<f32>>(),
         );
     }
-    let diff = max_difference(&outputs[0], &outputs[1]);
-    let agree = diff <= tolerance(T::NAME);
-    if !agree && !WARNED.swap(true, Ordering::Relaxed) {
-        eprintln!(
-            "warning: rocm-kernels: the matrix-instruction attention kernels disagree with the \
-             portable kernels on {} ({} head dim {d}: largest difference {diff}); fused \
-             attention uses the portable kernels (slower, correct) on this device",
-            stream.device().properties().arch_name,
-            T::NAME,
-        );
-    }
-    Ok(agree)
+    Ok(Some(max_difference(&outputs[0], &outputs[1])))
 }
 
 #[cfg(test)]
