@@ -43,7 +43,8 @@ const DECODE_MIN_KEYS_PER_SPLIT: usize = 128;
 /// widths): the split count fills one wave of them, since every block is latency-bound on its
 /// own loads and a second, partial wave would double the time of the first.
 const DECODE_BLOCKS_PER_SM: usize = 2;
-/// Most decode splits (`AT_MAX_SPLITS`: the merge's shared weights).
+/// Most decode splits (`AT_MAX_SPLITS` in the source): a cap on the merge's work per row, since
+/// more splits than blocks the GPU holds at once gain nothing.
 const DECODE_MAX_SPLITS: usize = 256;
 /// NVIDIA's matrix-instruction decode (`at_decode_nv`): warps per block (`AT_DN_WAVES`), keys
 /// per warp tile (`AT_DN_KEYS`), tiles in each warp's ring (`AT_DN_STAGES`) and query slots per
@@ -278,11 +279,13 @@ pub fn decode_kernel_params(
     strides: [[usize; 3]; 4],
 ) -> Result<impl KernelArg + Copy> {
     let ParamsArg(mut p) = prefill_params(shape, opts, strides)?;
-    p.splits_rows = to_i64(
-        "decode_kernel_params",
-        "rows",
-        shape.batch * shape.heads_q * shape.seq_q,
-    )?;
+    let op = "decode_kernel_params";
+    let rows = shape
+        .batch
+        .checked_mul(shape.heads_q)
+        .and_then(|x| x.checked_mul(shape.seq_q))
+        .ok_or_else(|| layout_err(op, "batch x heads x query rows overflows usize"))?;
+    p.splits_rows = to_i64(op, "rows", rows)?;
     Ok(ParamsArg(p))
 }
 
@@ -719,7 +722,7 @@ fn decode_grid(kv_heads: usize, queries: usize, keys: usize, sms: usize) -> Deco
             DECODE_BLOCKS_PER_SM * sms,
             DECODE_MIN_KEYS_PER_SPLIT,
         );
-        (grid, kv_heads * grid.slices * grid.splits)
+        (grid, kv_heads.saturating_mul(grid.slices * grid.splits))
     };
     // The widest width that fills the GPU, else the narrowest.
     let widest = decode_queries(queries);
@@ -759,7 +762,7 @@ fn split_grid(
     min_keys: usize,
 ) -> DecodeGrid {
     let slices = queries.div_ceil(nq);
-    let blocks = kv_heads * slices;
+    let blocks = kv_heads.saturating_mul(slices);
     // Rounded down: a block past the wave would run alone after it, at the cost of a wave.
     let splits = (blocks_wanted / blocks.max(1))
         .min(keys.div_ceil(min_keys))
@@ -783,7 +786,9 @@ fn decode<T: KernelDType>(
     let op = "flash_attn";
     let d = shape.head_dim;
     // The kernel walks a split's keys and indexes query rows and heads with 32-bit integers.
-    if shape.seq_k > i32::MAX as usize || shape.heads_q * shape.seq_q > i32::MAX as usize {
+    if shape.seq_k > i32::MAX as usize
+        || shape.heads_q.saturating_mul(shape.seq_q) > i32::MAX as usize
+    {
         return Err(layout_err(
             op,
             format!(
@@ -799,23 +804,32 @@ fn decode<T: KernelDType>(
     let device = stream.device();
     let sms = device.properties().multiprocessor_count.max(1) as usize;
     // NVIDIA sm_80+ has a matrix-instruction decode for f16/bf16 (`Auto` once the first-use
-    // check has passed, or `Matrix`); `Portable`, `Tiles` and every other case take the
-    // portable decode.
+    // check has passed, or `Matrix`) up to 2^30 keys (it counts a split's tiles in 32 bits);
+    // `Portable`, `Tiles` and every other case take the portable decode.
     let matrix = device.platform() == hip_core::Platform::Nvidia
         && device.properties().compute_capability.0 >= 8
         && has_matrix_kernels::<T>(d)
+        && shape.seq_k <= NV_MAX_ROWS
         && match choice {
             AttnKernel::Matrix => true,
             AttnKernel::Auto => selfcheck::verdict::<T>(stream, d)?,
             AttnKernel::Portable | AttnKernel::Tiles => false,
         };
-    let (kv_heads, queries) = (shape.batch * shape.heads_kv, shape.seq_q * group);
+    let overflow = || layout_err(op, "batch x heads x query rows overflows usize");
+    let kv_heads = shape
+        .batch
+        .checked_mul(shape.heads_kv)
+        .ok_or_else(overflow)?;
+    let queries = shape.seq_q * group; // at most 8 x heads_q, checked above
+    let rows = shape
+        .batch
+        .checked_mul(shape.heads_q * shape.seq_q)
+        .ok_or_else(overflow)?;
     let DecodeGrid { nq, slices, splits } = if matrix {
         nv_decode_grid(kv_heads, queries, shape.seq_k, sms)
     } else {
         decode_grid(kv_heads, queries, shape.seq_k, sms)
     };
-    let rows = shape.batch * shape.heads_q * shape.seq_q;
     p.splits_rows = to_i64(op, "rows", rows)?;
     let config = LaunchConfig {
         grid: [
@@ -896,8 +910,8 @@ fn decode<T: KernelDType>(
             .arg(splits as i64)
             .arg(&buf);
         // SAFETY: (AttnParams p, i64 splits, const float* part, T* o): one block of THREADS per
-        // output row (rows = batch x heads_q x seq_q), splits <= AT_MAX_SPLITS (its shared
-        // weights); it reads the splits' partials written above and writes within the output's
+        // output row (rows = batch x heads_q x seq_q), any number of splits (it loops over
+        // them); it reads the splits' partials written above and writes within the output's
         // checked extent.
         unsafe { builder.arg(&mut *out.data).launch()? };
     }

@@ -1,13 +1,15 @@
 //! The first-use check of the matrix-instruction attention: before [`AttnKernel::Auto`] uses the
-//! matrix-instruction kernels of a (device, dtype, head dim), it runs two small known problems
+//! matrix-instruction kernels of a (device, dtype, head dim), it runs small known problems
 //! on them and on the portable kernels and compares: a prefill (80 queries x 300 keys: two
 //! query tiles of the AMD kernels, one partial, and one partial tile of NVIDIA's, whose first
-//! key tiles every row sees whole) and a decode (one query row, 8 q heads on 2 kv heads, 300
-//! keys: split and merged by NVIDIA's matrix decode; elsewhere the portable decode on both
-//! sides); causal, grouped heads, random inputs from fixed seeds. A target without the kernels, or kernels that
-//! disagree, leave Auto on the portable path; a disagreement prints one warning. Operand layouts
-//! of the matrix instructions were written from the vendors' tables without AMD hardware to run
-//! them on, so a wrong fast path must never give a user wrong answers silently.
+//! key tiles every row sees whole) and decodes (one query row: 8 q heads on 2 kv heads against
+//! 300 keys, split and merged, and against 50, one split; 64 q heads on 32 kv heads against
+//! 1000 keys, where each warp of NVIDIA's matrix decode walks several tiles; elsewhere the
+//! portable decode runs on both sides); causal, grouped heads, random inputs from fixed seeds.
+//! A target without the kernels, or kernels that disagree, leave Auto on the portable path; a
+//! disagreement prints one warning. Operand layouts of the matrix instructions were written
+//! from the vendors' tables without AMD hardware to run them on, so a wrong fast path must
+//! never give a user wrong answers silently.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,9 +114,17 @@ pub(super) fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 /// Runs the known problems on both kernel kinds; false where the matrix kernels are missing or
 /// disagree.
 fn check<T: HalfFloat>(stream: &Stream, d: usize) -> Result<bool> {
-    // Prefill: 80 queries x 300 keys, 2 q heads on 1 kv head. Decode: one query row of 8 q
-    // heads on 2 kv heads against 300 keys (split, then merged, on NVIDIA's matrix decode).
-    let problems = [(80, 300, 2, 1), (1, 300, 8, 2)];
+    // Prefill: 80 queries x 300 keys, 2 q heads on 1 kv head. Decode, one query row: 8 q heads
+    // on 2 kv heads against 300 keys (a few splits, then the merge) and against 50 keys (one
+    // split, which writes the output itself); 64 q heads on 32 kv heads against 1000 keys (few
+    // splits for that many blocks: every warp of NVIDIA's matrix decode walks several tiles
+    // through its ring).
+    let problems = [
+        (80, 300, 2, 1),
+        (1, 300, 8, 2),
+        (1, 50, 8, 2),
+        (1, 1000, 64, 32),
+    ];
     let mut worst = 0.0f32;
     for (seq_q, seq_k, heads_q, heads_kv) in problems {
         let shape = AttnShape {
