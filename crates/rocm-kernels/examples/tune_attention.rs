@@ -151,12 +151,13 @@ fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
 fn decode_sweep(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
     let (hq, hkv) = (32usize, 8usize);
     let configs = [
-        ("w4k16s2", "AT_DN_WAVES=4 AT_DN_KEYS=16 AT_DN_STAGES=2"),
-        ("w4k16s3", "AT_DN_WAVES=4 AT_DN_KEYS=16 AT_DN_STAGES=3"),
-        ("w4k16s4", "AT_DN_WAVES=4 AT_DN_KEYS=16 AT_DN_STAGES=4"),
-        ("w2k16s4", "AT_DN_WAVES=2 AT_DN_KEYS=16 AT_DN_STAGES=4"),
-        ("w8k16s2", "AT_DN_WAVES=8 AT_DN_KEYS=16 AT_DN_STAGES=2"),
-        ("w4k32s2", "AT_DN_WAVES=4 AT_DN_KEYS=32 AT_DN_STAGES=2"),
+        ("committed", ""),
+        ("no_hints", "AT_DN_CP_HINT=0"),
+        ("evict1st", "AT_DN_CP_HINT=1"),
+        ("l2_256b", "AT_DN_CP_HINT=2"),
+        ("w4k16s3", "AT_DN_STAGES=3"),
+        ("w2k16s4", "AT_DN_WAVES=2 AT_DN_STAGES=4"),
+        ("w8k16s2", "AT_DN_WAVES=8"),
     ];
     let source = rocm_kernels::modules::variant_full_source("attention", "bf16")
         .ok_or("no attention module source")?;
