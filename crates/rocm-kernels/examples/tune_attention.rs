@@ -30,6 +30,9 @@ use tune_common::{define_lines, define_of, time_ms, Lcg};
 const REPS: usize = 20;
 const HEADS: usize = 32;
 const HEAD_DIM: usize = 128;
+/// Query and key/value heads of the decode problems.
+const DECODE_HEADS_Q: usize = 32;
+const DECODE_HEADS_KV: usize = 8;
 
 /// Compile-time parameter sets: (name, `NAME=VALUE` defines separated by spaces).
 fn configs() -> Vec<(&'static str, &'static str)> {
@@ -52,53 +55,78 @@ fn max_diff(a: &[bf16], b: &[bf16]) -> f32 {
         )
 }
 
-/// The decode's time per call (back to back) and per kernel (hip-core's timed launch profile).
-fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
-    const REPEAT: usize = 50;
-    let (hq, hkv) = (32usize, 8usize);
-    for sk in [4096usize, 16384, 65536] {
+/// The decode problem both decode modes time: one query row, 32 q / 8 kv heads x HEAD_DIM,
+/// bf16, `sk` keys, seeded inputs.
+struct DecodeProblem {
+    shape: AttnShape,
+    q: hip_core::DeviceBuffer<bf16>,
+    k: hip_core::DeviceBuffer<bf16>,
+    v: hip_core::DeviceBuffer<bf16>,
+    o: hip_core::DeviceBuffer<bf16>,
+    q_strides: [usize; 3],
+    kv_strides: [usize; 3],
+}
+
+impl DecodeProblem {
+    fn new(s: &Stream, sk: usize) -> Result<Self, Box<dyn Error>> {
+        let (hq, hkv) = (DECODE_HEADS_Q, DECODE_HEADS_KV);
         let mut rng = Lcg(11);
         let mut host =
             |n: usize| -> Vec<bf16> { (0..n).map(|_| bf16::from_f32(rng.uniform())).collect() };
-        let q = s.alloc_from_host(&host(hq * HEAD_DIM))?;
-        let k = s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?;
-        let v = s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?;
-        let mut o = s.alloc::<bf16>(hq * HEAD_DIM)?;
-        let shape = AttnShape {
-            batch: 1,
-            seq_q: 1,
-            seq_k: sk,
-            heads_q: hq,
-            heads_kv: hkv,
-            head_dim: HEAD_DIM,
-        };
-        let kv_strides = [sk * hkv * HEAD_DIM, hkv * HEAD_DIM, HEAD_DIM];
-        let q_strides = [hq * HEAD_DIM, hq * HEAD_DIM, HEAD_DIM];
-        let mut call = || {
-            at::attention(
-                s,
-                &shape,
-                &AttnOptions::new(0.088, true),
-                AttnInput {
-                    data: q.as_slice(),
-                    strides: q_strides,
-                },
-                AttnInput {
-                    data: k.as_slice(),
-                    strides: kv_strides,
-                },
-                AttnInput {
-                    data: v.as_slice(),
-                    strides: kv_strides,
-                },
-                None,
-                AttnOutput {
-                    data: &mut o.as_mut_slice(),
-                    strides: q_strides,
-                },
-            )
-            .unwrap();
-        };
+        Ok(DecodeProblem {
+            shape: AttnShape {
+                batch: 1,
+                seq_q: 1,
+                seq_k: sk,
+                heads_q: hq,
+                heads_kv: hkv,
+                head_dim: HEAD_DIM,
+            },
+            q: s.alloc_from_host(&host(hq * HEAD_DIM))?,
+            k: s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?,
+            v: s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?,
+            o: s.alloc::<bf16>(hq * HEAD_DIM)?,
+            q_strides: [hq * HEAD_DIM, hq * HEAD_DIM, HEAD_DIM],
+            kv_strides: [sk * hkv * HEAD_DIM, hkv * HEAD_DIM, HEAD_DIM],
+        })
+    }
+
+    /// One fused-attention call into `o`.
+    fn run(&mut self, s: &Stream, opts: &AttnOptions) -> Result<(), Box<dyn Error>> {
+        at::attention(
+            s,
+            &self.shape,
+            opts,
+            AttnInput {
+                data: self.q.as_slice(),
+                strides: self.q_strides,
+            },
+            AttnInput {
+                data: self.k.as_slice(),
+                strides: self.kv_strides,
+            },
+            AttnInput {
+                data: self.v.as_slice(),
+                strides: self.kv_strides,
+            },
+            None,
+            AttnOutput {
+                data: &mut self.o.as_mut_slice(),
+                strides: self.q_strides,
+            },
+        )?;
+        Ok(())
+    }
+}
+
+/// The decode's time per call (back to back) and per kernel (hip-core's timed launch profile).
+fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
+    const REPEAT: usize = 50;
+    let hkv = DECODE_HEADS_KV;
+    for sk in [4096usize, 16384, 65536] {
+        let mut problem = DecodeProblem::new(s, sk)?;
+        let opts = AttnOptions::new(0.088, true);
+        let mut call = || problem.run(s, &opts).unwrap();
         let per_call = time_ms(d, s, REPS, &mut call)? * 1e3;
         // The host's time to queue the calls (the GPU is busy behind it: if this is the time
         // per call, the host is the bound).
@@ -149,7 +177,7 @@ fn decode(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
 /// parameters and launched with other split counts (then the committed merge), each output
 /// checked against the portable decode's and timed per call.
 fn decode_sweep(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
-    let (hq, hkv) = (32usize, 8usize);
+    let (hq, hkv) = (DECODE_HEADS_Q, DECODE_HEADS_KV);
     let configs = [
         ("committed", ""),
         ("no_hints", "AT_DN_CP_HINT=0"),
@@ -188,49 +216,26 @@ fn decode_sweep(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
         }
     }
     for sk in [4096usize, 16384, 65536] {
-        let mut rng = Lcg(11);
-        let mut host =
-            |n: usize| -> Vec<bf16> { (0..n).map(|_| bf16::from_f32(rng.uniform())).collect() };
-        let q = s.alloc_from_host(&host(hq * HEAD_DIM))?;
-        let k = s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?;
-        let v = s.alloc_from_host(&host(sk * hkv * HEAD_DIM))?;
-        let mut o = s.alloc::<bf16>(hq * HEAD_DIM)?;
-        let shape = AttnShape {
-            batch: 1,
-            seq_q: 1,
-            seq_k: sk,
-            heads_q: hq,
-            heads_kv: hkv,
-            head_dim: HEAD_DIM,
-        };
-        let kv_strides = [sk * hkv * HEAD_DIM, hkv * HEAD_DIM, HEAD_DIM];
-        let q_strides = [hq * HEAD_DIM, hq * HEAD_DIM, HEAD_DIM];
         let opts = AttnOptions::new(0.088, true);
-        at::attention(
-            s,
-            &shape,
-            &AttnOptions {
-                kernel: AttnKernel::Portable,
-                ..opts
-            },
-            AttnInput {
-                data: q.as_slice(),
-                strides: q_strides,
-            },
-            AttnInput {
-                data: k.as_slice(),
-                strides: kv_strides,
-            },
-            AttnInput {
-                data: v.as_slice(),
-                strides: kv_strides,
-            },
-            None,
-            AttnOutput {
-                data: &mut o.as_mut_slice(),
-                strides: q_strides,
-            },
-        )?;
+        let DecodeProblem {
+            shape,
+            q,
+            k,
+            v,
+            mut o,
+            q_strides,
+            kv_strides,
+        } = {
+            let mut problem = DecodeProblem::new(s, sk)?;
+            problem.run(
+                s,
+                &AttnOptions {
+                    kernel: AttnKernel::Portable,
+                    ..opts
+                },
+            )?;
+            problem
+        };
         let want = o.to_host_vec()?;
         let p = at::decode_kernel_params(
             &shape,
