@@ -5,13 +5,17 @@
 //! candle-core's `arg_sort_last_dim` custom op ([`RocmStorage::arg_sort_last_dim`], every
 //! kernel dtype).
 
+use std::sync::Arc;
+
 use candle_core::backend::BackendStorage;
 use candle_core::{DType, Layout, Result, Shape};
 use hip_core::{DeviceBuffer, DeviceSlice};
 use rocm_kernels::nn::RopeKind;
 use rocm_kernels::KernelDType;
 
+use crate::device::RocmDevice;
 use crate::error::{hip_err, kernel_err, RocmError};
+use crate::quantized::{ActivationKey, QuantizedMatvec, RoundedActivations};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// The contiguous elements of `layout` in `buf`.
@@ -63,6 +67,47 @@ macro_rules! float_op {
     (@arm $variant:ident, $($b:ident),+) => {
         ($(RocmStorageSlice::$variant($b),)+)
     };
+}
+
+/// swiglu of `rows` rows of `2 half` (f32, f16 or bf16) with its result also rounded to 8 bits
+/// per 32 elements (`rocm_kernels::quantized::swiglu_rounded`); the rounding is kept on the
+/// device under the result's [`ActivationKey`], so that the integer product that multiplies
+/// this result next reads it instead of rounding it again (`quantized.rs`).
+fn swiglu_rounding<T: KernelDType>(
+    dev: &RocmDevice,
+    src: &DeviceSlice<'_, T>,
+    rows: usize,
+    half: usize,
+) -> Result<DeviceBuffer<T>> {
+    const OP: &str = "swiglu";
+    let mut out = dev.alloc::<T>(OP, rows * half)?;
+    let (q_len, ds_len) = rocm_kernels::quantized::matvec_int_scratch(rows, half);
+    let mut xq = dev.alloc::<u8>(OP, q_len)?;
+    let mut xds = dev.alloc::<f32>(OP, ds_len)?;
+    rocm_kernels::quantized::swiglu_rounded(
+        dev.stream(),
+        src,
+        &mut out.as_mut_slice(),
+        &mut xq.as_mut_slice(),
+        &mut xds.as_mut_slice(),
+        rows,
+        half,
+    )
+    .map_err(kernel_err(OP))?;
+    // The key of the contents just written (after the write's mutable view).
+    let key = ActivationKey {
+        content: out.content_key(),
+        offset: 0,
+        m: rows,
+        k: half,
+        dtype: T::NAME,
+    };
+    dev.keep_rounded_activations(Arc::new(RoundedActivations {
+        key: Some(key),
+        xq,
+        xds,
+    }));
+    Ok(out)
 }
 
 fn not_float(op: &str, dtype: DType) -> candle_core::Error {
@@ -210,12 +255,22 @@ impl RocmStorage {
         }
         let half = cols / 2;
         let dev = self.device();
+        // One row (a decode step's gated activations, which the down product multiplies next):
+        // rounded for the integer product in the same launch, and kept for it to reuse.
+        let round = rows == 1
+            && half % 32 == 0
+            && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
+            && matches!(self.dtype(), DType::F32 | DType::F16 | DType::BF16);
         let slice = float_op!(OP, self, [], |x| {
             let src = contiguous(OP, x, layout)?;
-            let mut out = dev.alloc(OP, rows * half)?;
-            rocm_kernels::nn::swiglu(dev.stream(), &src, &mut out.as_mut_slice(), rows, half)
-                .map_err(kernel_err(OP))
-                .map(|()| out)
+            if round {
+                swiglu_rounding(dev, &src, rows, half)
+            } else {
+                let mut out = dev.alloc(OP, rows * half)?;
+                rocm_kernels::nn::swiglu(dev.stream(), &src, &mut out.as_mut_slice(), rows, half)
+                    .map_err(kernel_err(OP))
+                    .map(|()| out)
+            }
         });
         let mut dims = layout.dims().to_vec();
         if let Some(last) = dims.last_mut() {

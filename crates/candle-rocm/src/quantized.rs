@@ -443,14 +443,30 @@ impl QRocmStorage {
                 if kind == QuantizedMatvec::Int8Activations
                     && qk::prefers_matvec_int_staged(dev.stream(), q, m, k)
                 {
-                    qk::matvec_int_staged(
-                        dev.stream(),
-                        q,
-                        &w,
-                        (m, n, k),
-                        &xs,
-                        &mut out.as_mut_slice(),
-                    )
+                    // One row that its producer already rounded (the decode step's swiglu,
+                    // fused.rs): the product reads that rounding instead of redoing it.
+                    let rounded = key
+                        .filter(|_| m == 1)
+                        .and_then(|key| dev.rounded_activations(&key));
+                    match rounded {
+                        Some(r) => qk::matvec_int_staged_rounded(
+                            dev.stream(),
+                            q,
+                            &w,
+                            (m, n, k),
+                            &r.xq.as_slice(),
+                            &r.xds.as_slice(),
+                            &mut out.as_mut_slice(),
+                        ),
+                        None => qk::matvec_int_staged(
+                            dev.stream(),
+                            q,
+                            &w,
+                            (m, n, k),
+                            &xs,
+                            &mut out.as_mut_slice(),
+                        ),
+                    }
                     .map_err(kernel_err(op))?;
                 } else if q.has_int_matvec() && kind.rounds_activations() {
                     let rounded = match key.and_then(|key| dev.rounded_activations(&key)) {

@@ -974,12 +974,12 @@ template <int P> struct qi_q2k {
         float acc = 0.0f, mins = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            int s = 0, sx = 0;
+            int s = 0, sx = 0, x[NI];
+            qi_xs<NI>(q, 128 * h + 32 * j + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
 #pragma unroll
             for (int i = 0; i < NI; ++i) {
-                const int x = qi_x(q, 128 * h + 32 * j + l0 + 4 * i);
-                s = qi_dot4(w.v[j][i], x, s);
-                sx = qi_dot4(0x01010101, x, sx);
+                s = qi_dot4(w.v[j][i], x[i], s);
+                sx = qi_dot4(0x01010101, x[i], sx);
             }
             const float dx = ds[4 * h + j].x;
             acc += w.sc[j] * dx * (float)s;
@@ -1026,9 +1026,10 @@ template <int P> struct qi_q3k {
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            int s = 0;
+            int s = 0, x[NI];
+            qi_xs<NI>(q, 128 * h + 32 * j + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
 #pragma unroll
-            for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[j][i], qi_x(q, 128 * h + 32 * j + l0 + 4 * i), s);
+            for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[j][i], x[i], s);
             acc += w.sc[j] * ds[4 * h + j].x * (float)s;
         }
         return w.d * acc;
@@ -1068,10 +1069,11 @@ template <int P> struct qi_q6k {
         const int nh = part / (P / 2), l0 = (part % (P / 2)) * LP;
         int s[4] = {0, 0, 0, 0};
 #pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            const signed char* qn = q + 128 * nh + l0 + 4 * i;
+        for (int r = 0; r < 4; ++r) {
+            int x[NI];
+            qi_xs<NI>(q, 128 * nh + 32 * r + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) s[r] = qi_dot4(w.v[r][i], qi_x(qn, 32 * r), s[r]);
+            for (int i = 0; i < NI; ++i) s[r] = qi_dot4(w.v[r][i], x[i], s[r]);
         }
         float acc = 0.0f;
 #pragma unroll
@@ -1142,6 +1144,49 @@ __device__ __forceinline__ void qi_quantize(u32 groups, const I* x, signed char*
         if ((g & 7) == 0) ds[g / 8] = f;
     }
 }
+
+// swiglu_q8x_{I}(u32 groups, u32 half, const I* x, I* out, signed char* q, float2* ds):
+// candle-nn's swiglu over rows of 2 half elements (half a multiple of 32; groups = rows half / 4)
+// and its result rounded as quantize_q8x rounds it, in one launch: the decode step's gated
+// activations then reach the down product already rounded (qmatvec_s8r_m1_*), instead of
+// every block of that product rounding all of them again. Thread g takes 4 consecutive outputs
+// (8 consecutive lanes a 32-element block). The arithmetic is nn.hip's nn_swiglu_loop (silu
+// rounded to I, times b, rounded to I; conformance asserts the same bits), and the rounding
+// reads those I values back as quantize_q8x would.
+template <typename I>
+__device__ __forceinline__ void qi_swiglu_round(u32 groups, u32 half, const I* x, I* out,
+                                                signed char* q, float2* ds) {
+    const u32 g = (u32)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool live = g < groups;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) {
+        const u32 row = g / (half / 4), j = (g - row * (half / 4)) * 4;
+        const I* a = x + (u64)row * 2 * half + j;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const float av = rk_to_compute(a[t]);
+            const float bv = rk_to_compute(a[half + t]);
+            const float silu = rk_to_compute(rk_from_compute<I>(av / (1.0f + rk_exp(-av))));
+            const I o = rk_from_compute<I>(silu * bv);
+            out[(u64)g * 4 + t] = o;
+            v[t] = rk_to_compute(o);
+        }
+    }
+    int packed;
+    float2 f;
+    qi_round4(v, packed, f);
+    if (live) {
+        ((int*)q)[g] = packed;
+        if ((g & 7) == 0) ds[g / 8] = f;
+    }
+}
+
+#define QI_SWIGLU_KERNEL(INAME, ITYPE)                                                           \
+    RK_KERNEL void __launch_bounds__(256)                                                        \
+        swiglu_q8x_##INAME(u32 groups, u32 half, const ITYPE* x, ITYPE* out, signed char* q,     \
+                           float2* ds) {                                                         \
+        qi_swiglu_round<ITYPE>(groups, half, x, out, q, ds);                                     \
+    }
 
 #define QI_BLOCK 128
 // Columns per block (measured on an H100: 2, 4 and 8 tried; 2 is best or level for every type).
@@ -1223,8 +1268,11 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 // Staged integer matrix-vector products: one launch, weights streamed with 16-byte loads
 // ---------------------------------------------------------------------------------------------
 //
-// qmatvec_s8_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y), and
-// qmatvec_s8_m1_{Q}_{I} (the same arguments, m = 1 only: the decode step's product)
+// qmatvec_s8_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y),
+// qmatvec_s8_m1_{Q}_{I} (the same arguments, m = 1 only: the decode step's product), and
+// qmatvec_s8r_m1_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y)
+//     (m = 1, the activations already rounded by quantize_q8x or swiglu_q8x: copied into
+//     shared memory instead of rounded there; xq and xds 16-byte aligned)
 //     The product of qmatvec_i8 (the same rounded activations x', the same per-block integer
 //     dot products) in one launch: every block first rounds the m activation rows into its
 //     shared memory (as quantize_q8x would), then each team of 32 lanes owns whole weight rows
@@ -1232,7 +1280,7 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 //     depend on the grid) and streams them through its part of shared memory in stages of
 //     QS_SB blocks: the team reads a stage's bytes with coalesced 16-byte loads (whatever the
 //     block size: 18-, 34- and 210-byte blocks allow only 2-byte loads in place), holds the
-//     next stage in registers while it computes the current one from shared memory, and the
+//     next QS_DEPTH stages in registers while it computes the current one from shared memory, and the
 //     lanes take the stage's (block, part) items as qmatvec_i8's do.
 //     Dynamic shared memory: qs_act_bytes(m, k) + QS_TEAMS * stage capacity (the wrapper's
 //     `staged_shared_bytes`); grid: any number of blocks of QS_TEAMS * 32 threads (persistent:
@@ -1284,9 +1332,13 @@ template <typename Q, int SB> struct qs_stage {
 
 // MAXM: the most activation rows the instantiation takes (1 for the decode kernels, whose
 // loops and addresses then serve one row only; QK_MAX_M otherwise).
-template <typename Q, typename I, int SB, int MAXM>
-__device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y) {
+// ROUNDED: the activations come already rounded (xq, xds as quantize_q8x writes them; x unused)
+// and are copied into shared memory instead of being rounded there.
+template <typename Q, typename I, int SB, int DEPTH, int MAXM, bool ROUNDED>
+__device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x,
+                                          const signed char* xq, const float2* xds, I* y) {
     typedef qs_stage<Q, SB> S;
+    static_assert(DEPTH >= 1, "at least one stage in flight");
     if (MAXM == 1) m = 1;
     extern __shared__ __attribute__((aligned(16))) u8 qs_smem[];
     const int lane = (int)(threadIdx.x % QK_TEAM), team = (int)(threadIdx.x / QK_TEAM);
@@ -1298,56 +1350,93 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     const u8* w_end = w + (u64)n * row_bytes;
     const u32 teams = gridDim.x * QS_TEAMS;
 
-    // The stage (row, s) in flight: its 16-byte pieces (this lane's share), how many pieces and
-    // where its first block starts in them.
-    uint4 pre[S::LOADS];
-    u32 pre_pieces = 0, pre_off = 0;
-    auto fetch = [&](u32 row, u32 s) {
+    // QS_DEPTH stages in flight, slot by slot: slot d holds the stage (pre_row[d], pre_s[d])
+    // (a row past n: empty), its 16-byte pieces (this lane's share), how many pieces and where
+    // its first block starts in them. Rows of few stages (a 4096-column product is one Q4K
+    // stage a row) make a team's stages a chain of DRAM round trips: a deeper ring overlaps them.
+    uint4 pre[DEPTH][S::LOADS];
+    u32 pre_pieces[DEPTH], pre_off[DEPTH], pre_row[DEPTH], pre_s[DEPTH];
+    auto fetch = [&](int d, u32 row, u32 s) {
         const u8* start = w + (u64)row * row_bytes + (u64)s * SB * Q::BYTES;
         const u32 len = min((u32)SB, bpr - s * SB) * Q::BYTES;
         // Pointer arithmetic (not an integer round trip), so that the compiler keeps the
         // weights' address space.
-        pre_off = (u32)((u64)start & 15);
-        const u8* a = start - pre_off;
-        pre_pieces = (pre_off + len + 15) / 16;
-        if (a + 16 * pre_pieces <= w_end) {
+        pre_off[d] = (u32)((u64)start & 15);
+        const u8* a = start - pre_off[d];
+        pre_pieces[d] = (pre_off[d] + len + 15) / 16;
+        if (a + 16 * pre_pieces[d] <= w_end) {
 #pragma unroll
             for (int j = 0; j < S::LOADS; ++j) {
                 const u32 i = (u32)lane + QK_TEAM * j;
-                if (i < pre_pieces) pre[j] = *(const uint4*)(a + 16 * i);
+                if (i < pre_pieces[d]) pre[d][j] = *(const uint4*)(a + 16 * i);
             }
         } else {  // the weights' last stage: its last piece may end before 16 bytes
 #pragma unroll
             for (int j = 0; j < S::LOADS; ++j) {
                 const u32 i = (u32)lane + QK_TEAM * j;
-                if (i < pre_pieces) pre[j] = qs_load16(a + 16 * i, w_end);
+                if (i < pre_pieces[d]) pre[d][j] = qs_load16(a + 16 * i, w_end);
             }
         }
     };
-    u32 row = blockIdx.x * QS_TEAMS + team, s = 0;
-    if (row < n) fetch(row, 0);
-
-    // The activations, rounded into shared memory by the whole block (every lane runs every
-    // iteration: the rounding's shuffles need whole 8-lane groups). QS_ROUND_BATCH groups per
-    // thread are loaded before any is rounded, so that their loads are in flight together.
-    const u32 groups = m * k / 4;
-    for (u32 g0 = 0; g0 < groups; g0 += QS_ROUND_BATCH * blockDim.x) {
-        float v[QS_ROUND_BATCH][4];
-#pragma unroll
-        for (int b = 0; b < QS_ROUND_BATCH; ++b) {
-            const u32 g = g0 + b * blockDim.x + threadIdx.x;
-            v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
-            if (g < groups) qi_load4(x + (u64)g * 4, v[b]);
+    // The next stage to fetch; once its row is past n it stays there.
+    u32 next_row = blockIdx.x * QS_TEAMS + team, next_s = 0;
+    // Slot d takes the next stage (or is left empty).
+    auto refill = [&](int d) {
+        pre_row[d] = next_row;
+        pre_s[d] = next_s;
+        if (next_row < n) {
+            fetch(d, next_row, next_s);
+            if (++next_s == stages) {
+                next_s = 0;
+                next_row += teams;
+            }
         }
+    };
 #pragma unroll
-        for (int b = 0; b < QS_ROUND_BATCH; ++b) {
-            const u32 g = g0 + b * blockDim.x + threadIdx.x;
-            int packed;
-            float2 f;
-            qi_round4(v[b], packed, f);
-            if (g < groups) {
-                ((int*)aq)[g] = packed;
-                if ((g & 7) == 0) ads[g / 8] = f;
+    for (int d = 0; d < DEPTH; ++d) refill(d);
+
+    if (ROUNDED) {
+        // The rounded activations, copied: m k bytes (a multiple of 16) and m k / 32 pairs, 4
+        // pieces a thread loaded before any is stored (their loads in flight together; named
+        // values, not an array, which AMD's compiler put in scratch).
+        const u32 pieces = m * k / 16, pairs = m * k / 32, bd = blockDim.x;
+        const uint4* src = (const uint4*)xq;
+        uint4* dst = (uint4*)aq;
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+        for (u32 i = threadIdx.x; i < pieces; i += 4 * bd) {
+            const uint4 a = src[i];
+            const uint4 b = i + bd < pieces ? src[i + bd] : zero;
+            const uint4 c = i + 2 * bd < pieces ? src[i + 2 * bd] : zero;
+            const uint4 e = i + 3 * bd < pieces ? src[i + 3 * bd] : zero;
+            dst[i] = a;
+            if (i + bd < pieces) dst[i + bd] = b;
+            if (i + 2 * bd < pieces) dst[i + 2 * bd] = c;
+            if (i + 3 * bd < pieces) dst[i + 3 * bd] = e;
+        }
+        for (u32 i = threadIdx.x; i < pairs; i += bd) ads[i] = xds[i];
+    } else {
+        // The activations, rounded into shared memory by the whole block (every lane runs every
+        // iteration: the rounding's shuffles need whole 8-lane groups). QS_ROUND_BATCH groups per
+        // thread are loaded before any is rounded, so that their loads are in flight together.
+        const u32 groups = m * k / 4;
+        for (u32 g0 = 0; g0 < groups; g0 += QS_ROUND_BATCH * blockDim.x) {
+            float v[QS_ROUND_BATCH][4];
+#pragma unroll
+            for (int b = 0; b < QS_ROUND_BATCH; ++b) {
+                const u32 g = g0 + b * blockDim.x + threadIdx.x;
+                v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
+                if (g < groups) qi_load4(x + (u64)g * 4, v[b]);
+            }
+#pragma unroll
+            for (int b = 0; b < QS_ROUND_BATCH; ++b) {
+                const u32 g = g0 + b * blockDim.x + threadIdx.x;
+                int packed;
+                float2 f;
+                qi_round4(v[b], packed, f);
+                if (g < groups) {
+                    ((int*)aq)[g] = packed;
+                    if ((g & 7) == 0) ads[g / 8] = f;
+                }
             }
         }
     }
@@ -1356,44 +1445,46 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     float acc[MAXM];
 #pragma unroll
     for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
-    while (row < n) {
-        qs_team_sync();  // the previous stage's readers are done
+    // Slots are consumed in order and refilled in order, so once slot 0 is empty at the start
+    // of a pass every slot is.
+    while (pre_row[0] < n) {
 #pragma unroll
-        for (int j = 0; j < S::LOADS; ++j) {
-            const u32 i = (u32)lane + QK_TEAM * j;
-            if (i < pre_pieces) ((uint4*)stage)[i] = pre[j];
-        }
-        qs_team_sync();
-        const u32 cur_row = row, cur_s = s, cur_off = pre_off;
-        if (++s == stages) {
-            s = 0;
-            row += teams;
-        }
-        if (row < n) fetch(row, s);  // in flight while this stage is computed
-        const u32 items = min((u32)SB, bpr - cur_s * SB) * Q::PARTS;
-        const u32 blk0 = cur_s * SB;
-        QS_UNROLL_PRAGMA
-        for (u32 it = (u32)lane; it < items; it += QK_TEAM) {
-            const u32 blk = it / Q::PARTS;
-            const int part = (int)(it % Q::PARTS);
-            typename Q::W wv;
-            Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
+        for (int d = 0; d < DEPTH; ++d) {
+            if (pre_row[d] >= n) continue;
+            qs_team_sync();  // the previous stage's readers are done
 #pragma unroll
-            for (u32 r = 0; r < MAXM; ++r) {
-                if (r < m) {
-                    const signed char* q = aq + r * k + (blk0 + blk) * Q::QK;
-                    const float2* ds = ads + r * (k / 32) + (blk0 + blk) * (Q::QK / 32);
-                    acc[r] += Q::dot(wv, q, ds, part);
+            for (int j = 0; j < S::LOADS; ++j) {
+                const u32 i = (u32)lane + QK_TEAM * j;
+                if (i < pre_pieces[d]) ((uint4*)stage)[i] = pre[d][j];
+            }
+            qs_team_sync();
+            const u32 cur_row = pre_row[d], cur_s = pre_s[d], cur_off = pre_off[d];
+            refill(d);  // in flight, with the other slots, while this stage is computed
+            const u32 items = min((u32)SB, bpr - cur_s * SB) * Q::PARTS;
+            const u32 blk0 = cur_s * SB;
+            QS_UNROLL_PRAGMA
+            for (u32 it = (u32)lane; it < items; it += QK_TEAM) {
+                const u32 blk = it / Q::PARTS;
+                const int part = (int)(it % Q::PARTS);
+                typename Q::W wv;
+                Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
+#pragma unroll
+                for (u32 r = 0; r < MAXM; ++r) {
+                    if (r < m) {
+                        const signed char* q = aq + r * k + (blk0 + blk) * Q::QK;
+                        const float2* ds = ads + r * (k / 32) + (blk0 + blk) * (Q::QK / 32);
+                        acc[r] += Q::dot(wv, q, ds, part);
+                    }
                 }
             }
-        }
-        if (cur_s == stages - 1) {
+            if (cur_s == stages - 1) {
 #pragma unroll
-            for (u32 r = 0; r < MAXM; ++r) {
-                if (r < m) {
-                    const float t = qk_team_sum(acc[r]);
-                    if (lane == 0) y[(u64)r * n + cur_row] = rk_from_compute<I>(t);
-                    acc[r] = 0.0f;
+                for (u32 r = 0; r < MAXM; ++r) {
+                    if (r < m) {
+                        const float t = qk_team_sum(acc[r]);
+                        if (lane == 0) y[(u64)r * n + cur_row] = rk_from_compute<I>(t);
+                        acc[r] = 0.0f;
+                    }
                 }
             }
         }
@@ -1418,21 +1509,26 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 #define QS_BOUNDS __launch_bounds__(QS_TEAMS * QK_TEAM)
 #endif
 
-#define QS_MATVEC_KERNEL(QNAME, QTYPE, INAME, ITYPE, SB)                                         \
+#define QS_MATVEC_KERNEL(QNAME, QTYPE, INAME, ITYPE, SB, DEPTH)                                  \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,           \
                                      ITYPE* y) {                                                 \
-        qs_matvec<QTYPE, ITYPE, SB, QK_MAX_M>(m, n, k, w, x, y);                                 \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, QK_MAX_M, false>(m, n, k, w, x, nullptr, nullptr, y); \
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,        \
                                         ITYPE* y) {                                              \
-        qs_matvec<QTYPE, ITYPE, SB, 1>(m, n, k, w, x, y);                                        \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, false>(m, n, k, w, x, nullptr, nullptr, y);        \
+    }                                                                                            \
+    RK_KERNEL void QS_BOUNDS                                                                     \
+        qmatvec_s8r_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w,                       \
+                                         const signed char* xq, const float2* xds, ITYPE* y) {   \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, true>(m, n, k, w, nullptr, xq, xds, y);            \
     }
-#define QS_ALL(QNAME, QTYPE, SB)                                                                 \
-    QS_MATVEC_KERNEL(QNAME, QTYPE, f32, f32, SB)                                                 \
-    QS_MATVEC_KERNEL(QNAME, QTYPE, f16, f16, SB)                                                 \
-    QS_MATVEC_KERNEL(QNAME, QTYPE, bf16, bf16, SB)
+#define QS_ALL(QNAME, QTYPE, SB, DEPTH)                                                          \
+    QS_MATVEC_KERNEL(QNAME, QTYPE, f32, f32, SB, DEPTH)                                          \
+    QS_MATVEC_KERNEL(QNAME, QTYPE, f16, f16, SB, DEPTH)                                          \
+    QS_MATVEC_KERNEL(QNAME, QTYPE, bf16, bf16, SB, DEPTH)
 
 #ifndef QI_P_32
 #define QI_P_32 4
@@ -1467,6 +1563,9 @@ QK_ALL(q8k, qk_q8k)
 QI_QUANTIZE_KERNEL(f32, f32)
 QI_QUANTIZE_KERNEL(f16, f16)
 QI_QUANTIZE_KERNEL(bf16, bf16)
+QI_SWIGLU_KERNEL(f32, f32)
+QI_SWIGLU_KERNEL(f16, f16)
+QI_SWIGLU_KERNEL(bf16, bf16)
 QI_ALL(q4_0, qi_q4_0<QI_P_32>)
 QI_ALL(q4_1, qi_q4_1<QI_P_32>)
 QI_ALL(q5_0, qi_q5_0<QI_P_32>)
@@ -1497,17 +1596,36 @@ QI_ALL(q3k, qi_q3k<QI_P_K>)
 #ifndef QS_P_Q6K
 #define QS_P_Q6K 4
 #endif
-QS_ALL(q4_0, qi_q4_0<QS_P_32>, QS_SB_32)
-QS_ALL(q4_1, qi_q4_1<QS_P_32>, QS_SB_32)
-QS_ALL(q5_0, qi_q5_0<QS_P_32>, QS_SB_32)
-QS_ALL(q5_1, qi_q5_1<QS_P_32>, QS_SB_32)
-QS_ALL(q8_0, qi_q8_0<QS_P_32>, QS_SB_8)
-QS_ALL(q8_1, qi_q8_1<QS_P_32>, QS_SB_8)
-QS_ALL(q4k, qi_q4k<QS_P_K>, QS_SB_K)
-QS_ALL(q5k, qi_q5k<QS_P_Q5K>, QS_SB_K)
-QS_ALL(q6k, qi_q6k<QS_P_Q6K>, QS_SB_K)
-QS_ALL(q2k, qi_q2k<QS_P_K>, 32)
-QS_ALL(q3k, qi_q3k<QS_P_K>, 24)
+// Stages in flight per team (QS_DEPTH, the default of the per-family values). Measured on an
+// H100 (tune_qmatvec, quantized.md): 2 and 3 were slower than 1 at every decode shape (more
+// registers, no gain: the stages of one team are not the bound); kept as a tunable for GPUs
+// of longer memory latency.
+#ifndef QS_DEPTH
+#define QS_DEPTH 1
+#endif
+#ifndef QS_DEPTH_32
+#define QS_DEPTH_32 QS_DEPTH
+#endif
+#ifndef QS_DEPTH_8
+#define QS_DEPTH_8 QS_DEPTH
+#endif
+#ifndef QS_DEPTH_K
+#define QS_DEPTH_K QS_DEPTH
+#endif
+#ifndef QS_DEPTH_Q6K
+#define QS_DEPTH_Q6K QS_DEPTH
+#endif
+QS_ALL(q4_0, qi_q4_0<QS_P_32>, QS_SB_32, QS_DEPTH_32)
+QS_ALL(q4_1, qi_q4_1<QS_P_32>, QS_SB_32, QS_DEPTH_32)
+QS_ALL(q5_0, qi_q5_0<QS_P_32>, QS_SB_32, QS_DEPTH_32)
+QS_ALL(q5_1, qi_q5_1<QS_P_32>, QS_SB_32, QS_DEPTH_32)
+QS_ALL(q8_0, qi_q8_0<QS_P_32>, QS_SB_8, QS_DEPTH_8)
+QS_ALL(q8_1, qi_q8_1<QS_P_32>, QS_SB_8, QS_DEPTH_8)
+QS_ALL(q4k, qi_q4k<QS_P_K>, QS_SB_K, QS_DEPTH_K)
+QS_ALL(q5k, qi_q5k<QS_P_Q5K>, QS_SB_K, QS_DEPTH_K)
+QS_ALL(q6k, qi_q6k<QS_P_Q6K>, QS_SB_K, QS_DEPTH_Q6K)
+QS_ALL(q2k, qi_q2k<QS_P_K>, 32, QS_DEPTH_K)
+QS_ALL(q3k, qi_q3k<QS_P_K>, 24, QS_DEPTH_K)
 
 #define QK_PLAIN_FROM(SNAME, STYPE)                                                              \
     QK_PLAIN_KERNEL(SNAME, STYPE, f32, f32)                                                      \

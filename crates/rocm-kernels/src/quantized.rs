@@ -28,7 +28,8 @@ use crate::indexing::IndexErrorFlag;
 mod int_matvec;
 pub use int_matvec::{
     matvec_int, matvec_int_rounded, matvec_int_scratch, matvec_int_staged, matvec_int_staged_fits,
-    matvec_int_staged_shared_bytes, prefers_matvec_int_staged, quantize_activations,
+    matvec_int_staged_rounded, matvec_int_staged_shared_bytes, prefers_matvec_int_staged,
+    quantize_activations, swiglu_rounded,
 };
 
 /// Why other dtypes are refused.

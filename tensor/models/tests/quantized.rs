@@ -273,7 +273,8 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             .sum::<u64>();
         // Each matrix-vector product is one launch that rounds its activations itself, and on
         // ext devices the q, k and v projections are one weight, gate and up another (qkv, o,
-        // gate-up and down per layer, then the output layer): no rounding launches.
+        // gate-up and down per layer, then the output layer): no rounding launches. The down
+        // product reads the row its swiglu rounded (`qmatvec_s8r_m1_*`).
         let count = |prefix: &str| {
             profile
                 .iter()
@@ -281,14 +282,18 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
                 .map(|p| p.launches)
                 .sum::<u64>()
         };
+        let layers = cfg.num_layers as u64;
         assert_eq!(
-            (count("quantize_q8x_"), count("qmatvec_s8_")),
-            (0, 4 * cfg.num_layers as u64 + 1),
+            (
+                count("quantize_q8x_"),
+                count("qmatvec_s8_"),
+                count("qmatvec_s8r_m1_")
+            ),
+            (0, 3 * layers + 1, layers),
             "head dim {d}: one launch per product expected, launches {profile:?}"
         );
         // Each residual add and the norm after it are one launch (two per layer, after the
         // first layer's own norm), gate and up meet in one swiglu, q and k rotate in one rope.
-        let layers = cfg.num_layers as u64;
         assert_eq!(
             [
                 count("rms_norm_"),

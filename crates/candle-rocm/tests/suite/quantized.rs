@@ -412,6 +412,54 @@ fn staged_matvec_matches_over_many_stages_and_rows() {
     dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
 }
 
+/// The decode step's swiglu also rounds its one row for the integer product that multiplies it
+/// next, which then reads that rounding instead of rounding the row in every block
+/// (`qmatvec_s8r_m1_*`): the swiglu gives the plain kernel's bits and the product the bits of
+/// the same product of a copy of the row (rounded in every block), for every input dtype,
+/// several block types and a row long enough that the copy into shared memory loops.
+#[test]
+#[ignore = "needs a GPU"]
+fn swiglu_rounding_reused_by_the_next_product_gives_the_same_bits() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let (n, k) = (300, 69 * 256);
+    let wide = Layout::contiguous((1, 2 * k));
+    for wtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+        GgmlDType::Q8_0,
+    ] {
+        let seed = case_seed(base_seed(), &["swiglu rounding", &format!("{wtype:?}")]);
+        let (q, g) = quantized_pair(&dev, wtype, &[n, k], seed);
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let label = format!("{wtype:?} ({n}, {k}) {dtype:?} (seed {seed:#x})");
+            let x = Tensor::from_vec(random_f32(2 * k, seed ^ 7), (1, 2 * k), &Device::Cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let xs = dev.storage_from_cpu_storage(&cpu_storage_of(&x)).unwrap();
+            // The plain swiglu: nothing is rounded where the float product is chosen.
+            dev.set_quantized_matvec(QuantizedMatvec::FloatActivations);
+            let plain = xs.swiglu(&wide).unwrap().0.to_cpu_storage().unwrap();
+            dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
+            let (h, shape) = xs.swiglu(&wide).unwrap();
+            let h_cpu = h.to_cpu_storage().unwrap();
+            assert_eq!(bits(&h_cpu), bits(&plain), "{label}: swiglu");
+            let layout = Layout::contiguous(shape);
+            // A copy of the row is another buffer: its product rounds it in every block.
+            let copy = dev.storage_from_cpu_storage(&h_cpu).unwrap();
+            let want = g.matmul_t(q.shape(), &copy, &layout).unwrap().0;
+            let got = g.matmul_t(q.shape(), &h, &layout).unwrap().0;
+            assert_eq!(
+                bits(&got.to_cpu_storage().unwrap()),
+                bits(&want.to_cpu_storage().unwrap()),
+                "{label}: the product of the rounded row"
+            );
+        }
+    }
+}
+
 /// The integer matrix-vector product keeps the last rounded activations for the next product of
 /// the same contents: reusing them gives bit-identical results to rounding afresh, and a write
 /// into the activations or a new buffer in the freed one's memory is never mistaken for them.

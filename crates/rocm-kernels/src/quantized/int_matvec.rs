@@ -283,27 +283,9 @@ pub fn matvec_int_staged<I: KernelDType>(
     if matvec_is_trivial((n, k), y)? {
         return Ok(());
     }
-    // k is a whole number of blocks (checked above), so a multiple of 32.
-    let shared = matvec_int_staged_shared_bytes(q, m, k);
-    if !matvec_int_staged_fits(stream, q, m, k) {
-        let limit = stream.device().properties().shared_memory_per_block;
-        return Err(layout_err(
-            op,
-            format!(
-                "{m} rows of {k} {} activations need {shared} bytes of shared memory, a block \
-                 has {limit} (use matvec_int)",
-                I::NAME
-            ),
-        ));
-    }
+    let cfg = staged_config(stream, op, q, (m, n, k), I::NAME)?;
     check_aligned(op, "the weight blocks", w.device_ptr())?;
     check_aligned(op, "the activations", x.device_ptr())?;
-    let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
-    let blocks = n
-        .div_ceil(STAGED_TEAMS as usize)
-        .min(sms * staged_blocks_per_multiprocessor(q, m));
-    let mut cfg = config_1d(op, "blocks", blocks, STAGED_TEAMS * 32)?;
-    cfg.shared_mem_bytes = u32_of(op, "shared bytes", shared)?;
     // One activation row (a decode step) takes the kernel specialised for it.
     let rows = if m == 1 { "m1_" } else { "" };
     let f = function(
@@ -325,4 +307,150 @@ pub fn matvec_int_staged<I: KernelDType>(
     // r < m, c < n (y holds m n, checked).
     unsafe { builder.arg(&mut *y).launch()? };
     Ok(())
+}
+
+/// [`matvec_int_staged`] for one activation row already rounded (`xq`, `xds` as
+/// [`quantize_activations`] or [`swiglu_rounded`] write them, sizes from
+/// [`matvec_int_scratch`], 16-byte aligned): the same results, without every block rounding
+/// the row again (measured on an H100: a 4096 x 14336 Q4K product with its row rounded in
+/// each block took 21.4 µs, 15.9 µs without that rounding).
+pub fn matvec_int_staged_rounded<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    xq: &DeviceSlice<'_, u8>,
+    xds: &DeviceSlice<'_, f32>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    let op = "qmatvec (staged, rounded activations)";
+    check_float::<I>(op, FLOAT_REASON)?;
+    check_int_type(q)?;
+    if m != 1 {
+        return Err(layout_err(
+            op,
+            format!("takes one activation row, got {m} (use matvec_int_staged)"),
+        ));
+    }
+    check_matvec_shapes(op, q, w, (m, n, k), m * k, y.len())?;
+    check_scratch(op, (m, k), xq.len(), xds.len())?;
+    if matvec_is_trivial((n, k), y)? {
+        return Ok(());
+    }
+    let cfg = staged_config(stream, op, q, (m, n, k), "rounded")?;
+    check_aligned(op, "the weight blocks", w.device_ptr())?;
+    check_aligned(op, "the rounded activations", xq.device_ptr())?;
+    check_aligned(op, "the activation factors", xds.device_ptr())?;
+    let f = function(
+        stream,
+        MODULE,
+        &format!("qmatvec_s8r_m1_{}_{}", q.name(), I::NAME),
+    )?;
+    let builder = f
+        .builder(stream, cfg)
+        .arg(u32_arg(op, "m", m)?)
+        .arg(u32_arg(op, "n", n)?)
+        .arg(u32_arg(op, "k", k)?)
+        .arg(*w)
+        .arg(*xq)
+        .arg(*xds);
+    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y): every
+    // block reads xq[0 .. k) in 16-byte pieces and xds[0 .. k / 32) pairs (the scratch sizes
+    // for one row, checked, 16-byte aligned; k a multiple of 32), weight rows below n as
+    // matvec_int_staged's kernel does (w holds n rows, checked), its shared memory within the
+    // bytes this launch gives, and writes y[c] for c < n (y holds n, checked).
+    unsafe { builder.arg(&mut *y).launch()? };
+    Ok(())
+}
+
+/// candle-nn's `swiglu` over contiguous `[rows, 2 half]` input (`dst[r, j] = silu(src[r, j]) *
+/// src[r, half + j]`, the same bits as [`crate::nn::swiglu`]) and its result rounded as
+/// [`quantize_activations`] rounds it (`xq`, `xds` for `rows` rows of `half`), in one launch:
+/// the decode step's down product then takes [`matvec_int_staged_rounded`]. `half` a multiple
+/// of 32; `xq` and `xds` 16-byte aligned.
+pub fn swiglu_rounded<I: KernelDType>(
+    stream: &Stream,
+    src: &DeviceSlice<'_, I>,
+    dst: &mut DeviceSliceMut<'_, I>,
+    xq: &mut DeviceSliceMut<'_, u8>,
+    xds: &mut DeviceSliceMut<'_, f32>,
+    rows: usize,
+    half: usize,
+) -> Result<()> {
+    let op = "swiglu (rounded)";
+    check_float::<I>(op, FLOAT_REASON)?;
+    let n = rows
+        .checked_mul(half)
+        .ok_or_else(|| layout_err(op, format!("{rows} rows of {half} overflow")))?;
+    if half % 32 != 0 || src.len() != 2 * n || dst.len() != n {
+        return Err(layout_err(
+            op,
+            format!(
+                "({rows}, 2 x {half}) input and ({rows}, {half}) output need half a multiple of \
+                 32, {} and {n} elements, got {} and {}",
+                2 * n,
+                src.len(),
+                dst.len()
+            ),
+        ));
+    }
+    check_scratch(op, (rows, half), xq.len(), xds.len())?;
+    if n == 0 {
+        return Ok(());
+    }
+    check_aligned(op, "the rounded activations", xq.device_ptr())?;
+    check_aligned(op, "the activation factors", xds.device_ptr())?;
+    let groups = n / 4;
+    let f = function(stream, MODULE, &format!("swiglu_q8x_{}", I::NAME))?;
+    let cfg = config_1d(
+        op,
+        "blocks",
+        groups.div_ceil(QUANTIZE_BLOCK as usize),
+        QUANTIZE_BLOCK,
+    )?;
+    let builder = f
+        .builder(stream, cfg)
+        .arg(u32_arg(op, "groups", groups)?)
+        .arg(u32_arg(op, "half", half)?)
+        .arg(*src)
+        .arg(&mut *dst)
+        .arg(&mut *xq);
+    // SAFETY: (u32 groups, u32 half, const I* x, I* out, i8* q, float2* ds): thread g < groups
+    // (rows half / 4) reads x[r 2 half + j .. + 4) and x[r 2 half + half + j .. + 4) for its
+    // row r and column j < half (x holds 2 rows half, checked), writes out[4 g .. 4 g + 4)
+    // (out holds rows half), q's int g and ds[g / 8] (the scratch sizes, checked); the rest
+    // only shuffle.
+    unsafe { builder.arg(&mut *xds).launch()? };
+    Ok(())
+}
+
+/// The launch of a staged product of `m` rows of `k` activations (`what` names them in errors)
+/// times `n` rows of `q` weights: blocks per multiprocessor as measured, 8 teams a block, the
+/// dynamic shared memory; an error where it does not fit a block.
+fn staged_config(
+    stream: &Stream,
+    op: &str,
+    q: QuantType,
+    (m, n, k): (usize, usize, usize),
+    what: &str,
+) -> Result<LaunchConfig> {
+    // k is a whole number of blocks (checked by the callers), so a multiple of 32.
+    let shared = matvec_int_staged_shared_bytes(q, m, k);
+    if !matvec_int_staged_fits(stream, q, m, k) {
+        let limit = stream.device().properties().shared_memory_per_block;
+        return Err(layout_err(
+            op,
+            format!(
+                "{m} rows of {k} {what} activations need {shared} bytes of shared memory, a \
+                 block has {limit} (use matvec_int)"
+            ),
+        ));
+    }
+    let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
+    let blocks = n
+        .div_ceil(STAGED_TEAMS as usize)
+        .min(sms * staged_blocks_per_multiprocessor(q, m));
+    let mut cfg = config_1d(op, "blocks", blocks, STAGED_TEAMS * 32)?;
+    cfg.shared_mem_bytes = u32_of(op, "shared bytes", shared)?;
+    Ok(cfg)
 }
