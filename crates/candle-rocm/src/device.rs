@@ -1,6 +1,6 @@
 //! [`RocmDevice`]: candle's `BackendDevice` over a hip-core device.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use candle_core::backend::BackendDevice;
@@ -70,6 +70,10 @@ struct DeviceState {
     /// The last activations rounded for the integer matrix-vector product, for the next
     /// product of the same contents (quantized/activations.rs).
     rounded_activations: Mutex<Option<Arc<RoundedActivations>>>,
+    /// Whether a one-launch integer matrix-vector product has run here: only then does a
+    /// one-row swiglu also round its result for the next product (fused.rs), so that models
+    /// without quantized weights never load the quantized kernels for it.
+    ran_integer_matvec: AtomicBool,
 }
 
 impl RocmDevice {
@@ -93,6 +97,7 @@ impl RocmDevice {
                 qgemm_plan: Default::default(),
                 side_stream: OnceLock::new(),
                 rounded_activations: Mutex::new(None),
+                ran_integer_matvec: AtomicBool::new(false),
             }),
         }
     }
@@ -142,6 +147,16 @@ impl RocmDevice {
             .as_ref()
             .filter(|r| r.key == Some(*key))
             .cloned()
+    }
+
+    /// Records that a one-launch integer matrix-vector product ran on this device.
+    pub(crate) fn note_integer_matvec(&self) {
+        self.state.ran_integer_matvec.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a one-launch integer matrix-vector product has run on this device.
+    pub(crate) fn has_run_integer_matvec(&self) -> bool {
+        self.state.ran_integer_matvec.load(Ordering::Relaxed)
     }
 
     /// Keeps `rounded` for the next product of the same activations (replacing the last).

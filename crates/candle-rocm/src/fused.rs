@@ -256,10 +256,13 @@ impl RocmStorage {
         let half = cols / 2;
         let dev = self.device();
         // One row (a decode step's gated activations, which the down product multiplies next):
-        // rounded for the integer product in the same launch, and kept for it to reuse.
+        // rounded for the integer product in the same launch, and kept for it to reuse, on a
+        // device that runs such products (a model without quantized weights never does).
         let round = rows == 1
             && half % 32 == 0
+            && half <= u32::MAX as usize
             && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
+            && dev.has_run_integer_matvec()
             && matches!(self.dtype(), DType::F32 | DType::F16 | DType::BF16);
         let slice = float_op!(OP, self, [], |x| {
             let src = contiguous(OP, x, layout)?;

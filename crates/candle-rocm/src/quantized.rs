@@ -443,6 +443,7 @@ impl QRocmStorage {
                 if kind == QuantizedMatvec::Int8Activations
                     && qk::prefers_matvec_int_staged(dev.stream(), q, m, k)
                 {
+                    dev.note_integer_matvec();
                     // One row that its producer already rounded (the decode step's swiglu,
                     // fused.rs): the product reads that rounding instead of redoing it.
                     let rounded = key

@@ -413,16 +413,27 @@ fn staged_matvec_matches_over_many_stages_and_rows() {
 }
 
 /// The decode step's swiglu also rounds its one row for the integer product that multiplies it
-/// next, which then reads that rounding instead of rounding the row in every block
-/// (`qmatvec_s8r_m1_*`): the swiglu gives the plain kernel's bits and the product the bits of
-/// the same product of a copy of the row (rounded in every block), for every input dtype,
-/// several block types and a row long enough that the copy into shared memory loops.
+/// next, on a device that has run such a product, and that product then reads the rounding
+/// (one `qmatvec_s8r_m1_*` launch) instead of rounding the row in every block: the swiglu gives
+/// the plain kernel's bits and the product the bits of the same product of a copy of the row
+/// (rounded in every block), for every input dtype, several block types and a row long enough
+/// that the copy into shared memory loops. The kernel alone, over several rows, gives the bits
+/// of swiglu followed by `quantize_activations`.
 #[test]
 #[ignore = "needs a GPU"]
 fn swiglu_rounding_reused_by_the_next_product_gives_the_same_bits() {
     let dev = RocmDevice::new(0).expect("opening GPU 0");
     let (n, k) = (300, 69 * 256);
     let wide = Layout::contiguous((1, 2 * k));
+    let s8r_launches = |f: &mut dyn FnMut()| {
+        hip_core::launch_profile_start(false);
+        f();
+        hip_core::launch_profile_stop()
+            .iter()
+            .filter(|p| p.name.starts_with("qmatvec_s8r_m1_"))
+            .map(|p| p.launches)
+            .sum::<u64>()
+    };
     for wtype in [
         GgmlDType::Q4_0,
         GgmlDType::Q4K,
@@ -439,25 +450,85 @@ fn swiglu_rounding_reused_by_the_next_product_gives_the_same_bits() {
                 .to_dtype(dtype)
                 .unwrap();
             let xs = dev.storage_from_cpu_storage(&cpu_storage_of(&x)).unwrap();
-            // The plain swiglu: nothing is rounded where the float product is chosen.
+            // The plain swiglu (nothing is rounded where the float product is chosen), and
+            // the integer product of a copy of its row: another buffer, rounded in every block.
             dev.set_quantized_matvec(QuantizedMatvec::FloatActivations);
-            let plain = xs.swiglu(&wide).unwrap().0.to_cpu_storage().unwrap();
+            let (plain, shape) = xs.swiglu(&wide).unwrap();
+            let plain = plain.to_cpu_storage().unwrap();
             dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
-            let (h, shape) = xs.swiglu(&wide).unwrap();
-            let h_cpu = h.to_cpu_storage().unwrap();
-            assert_eq!(bits(&h_cpu), bits(&plain), "{label}: swiglu");
             let layout = Layout::contiguous(shape);
-            // A copy of the row is another buffer: its product rounds it in every block.
-            let copy = dev.storage_from_cpu_storage(&h_cpu).unwrap();
-            let want = g.matmul_t(q.shape(), &copy, &layout).unwrap().0;
-            let got = g.matmul_t(q.shape(), &h, &layout).unwrap().0;
+            let copy = dev.storage_from_cpu_storage(&plain).unwrap();
+            let mut want = None;
             assert_eq!(
-                bits(&got.to_cpu_storage().unwrap()),
-                bits(&want.to_cpu_storage().unwrap()),
+                s8r_launches(&mut || want = Some(g.matmul_t(q.shape(), &copy, &layout).unwrap().0)),
+                0,
+                "{label}: a copy of the row is rounded by the product"
+            );
+            // A product has run on this device: the swiglu rounds its row, the product reads it.
+            let (h, _) = xs.swiglu(&wide).unwrap();
+            assert_eq!(
+                bits(&h.to_cpu_storage().unwrap()),
+                bits(&plain),
+                "{label}: swiglu"
+            );
+            let mut got = None;
+            assert_eq!(
+                s8r_launches(&mut || got = Some(g.matmul_t(q.shape(), &h, &layout).unwrap().0)),
+                1,
+                "{label}: the product reads the swiglu's rounding"
+            );
+            assert_eq!(
+                bits(&got.unwrap().to_cpu_storage().unwrap()),
+                bits(&want.unwrap().to_cpu_storage().unwrap()),
                 "{label}: the product of the rounded row"
             );
         }
     }
+    // The kernel over several rows: swiglu's bits, then quantize_activations' bytes and factors.
+    let (rows, half) = (3usize, 96usize);
+    let s = dev.stream();
+    let xh = random_f32(rows * 2 * half, 11);
+    let x = s.alloc_from_host(&xh).unwrap();
+    let mut plain = s.alloc::<f32>(rows * half).unwrap();
+    rocm_kernels::nn::swiglu(s, &x.as_slice(), &mut plain.as_mut_slice(), rows, half).unwrap();
+    let (ql, dl) = rocm_kernels::quantized::matvec_int_scratch(rows, half);
+    let (mut wq, mut wds) = (s.alloc::<u8>(ql).unwrap(), s.alloc::<f32>(dl).unwrap());
+    rocm_kernels::quantized::quantize_activations(
+        s,
+        (rows, half),
+        &plain.as_slice(),
+        &mut wq.as_mut_slice(),
+        &mut wds.as_mut_slice(),
+    )
+    .unwrap();
+    let mut out = s.alloc::<f32>(rows * half).unwrap();
+    let (mut gq, mut gds) = (s.alloc::<u8>(ql).unwrap(), s.alloc::<f32>(dl).unwrap());
+    rocm_kernels::quantized::swiglu_rounded(
+        s,
+        &x.as_slice(),
+        &mut out.as_mut_slice(),
+        &mut gq.as_mut_slice(),
+        &mut gds.as_mut_slice(),
+        rows,
+        half,
+    )
+    .unwrap();
+    let f32_bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        f32_bits(out.to_host_vec().unwrap()),
+        f32_bits(plain.to_host_vec().unwrap()),
+        "swiglu_rounded over {rows} rows: the swiglu"
+    );
+    assert_eq!(
+        gq.to_host_vec().unwrap(),
+        wq.to_host_vec().unwrap(),
+        "rounded bytes"
+    );
+    assert_eq!(
+        f32_bits(gds.to_host_vec().unwrap()),
+        f32_bits(wds.to_host_vec().unwrap()),
+        "rounding factors"
+    );
 }
 
 /// The integer matrix-vector product keeps the last rounded activations for the next product of
