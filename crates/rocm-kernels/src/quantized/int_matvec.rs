@@ -190,15 +190,30 @@ pub fn matvec_int_rounded<I: KernelDType>(
     if matvec_is_trivial((n, k), y)? {
         return Ok(());
     }
+    let cfg = config_1d(op, "blocks", n.div_ceil(COLS_PER_BLOCK), BLOCK)?;
+    let kernel = format!("qmatvec_i8_{}_{}", q.name(), I::NAME);
+    launch_rounded_product(stream, op, &kernel, cfg, w, (m, n, k), (xq, xds), y)
+}
+
+/// Launches `kernel`, an integer product of pre-rounded activations with the signature
+/// `(u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y)`, after checking
+/// the pointers' alignment; the caller has checked the shapes and scratch sizes
+/// ([`check_int_product`]) and chosen a grid the kernel accepts.
+#[allow(clippy::too_many_arguments)]
+fn launch_rounded_product<I: KernelDType>(
+    stream: &Stream,
+    op: &str,
+    kernel: &str,
+    cfg: LaunchConfig,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    (xq, xds): (&DeviceSlice<'_, u8>, &DeviceSlice<'_, f32>),
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
     check_aligned(op, "the weight blocks", w.device_ptr())?;
     check_aligned(op, "the rounded activations", xq.device_ptr())?;
     check_aligned(op, "the activation factors", xds.device_ptr())?;
-    let cfg = config_1d(op, "blocks", n.div_ceil(COLS_PER_BLOCK), BLOCK)?;
-    let f = function(
-        stream,
-        MODULE,
-        &format!("qmatvec_i8_{}_{}", q.name(), I::NAME),
-    )?;
+    let f = function(stream, MODULE, kernel)?;
     let builder = f
         .builder(stream, cfg)
         .arg(u32_arg(op, "m", m)?)
@@ -207,10 +222,13 @@ pub fn matvec_int_rounded<I: KernelDType>(
         .arg(*w)
         .arg(*xq)
         .arg(*xds);
-    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const i8* q, const float2* ds, I* y): block b
-    // reads weight rows 2 b, 2 b + 1 below n (w holds n rows of row_bytes, checked), q[0 .. m k)
-    // and ds[0 .. m k / 32) (the scratch sizes, checked) and writes y[r n + c] for r < m, c < n
-    // (y holds m n, checked).
+    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y), the
+    // signature of both kernels that reach here (qmatvec_i8_*, qmatvec_s8r_m1_*): they read
+    // weight rows below n (w holds n rows, checked by the caller; the staged kernel in 16-byte
+    // pieces no further than the last block's last byte), xq[0 .. m k) and xds[0 .. m k / 32)
+    // pairs (the scratch sizes, checked by the caller; 16-byte aligned, checked above), at
+    // most the shared memory `cfg` gives, and write y[r n + c] for r < m, c < n (y holds m n,
+    // checked by the caller).
     unsafe { builder.arg(&mut *y).launch()? };
     Ok(())
 }
@@ -324,43 +342,19 @@ pub fn matvec_int_staged_rounded<I: KernelDType>(
     y: &mut DeviceSliceMut<'_, I>,
 ) -> Result<()> {
     let op = "qmatvec (staged, rounded activations)";
-    check_float::<I>(op, FLOAT_REASON)?;
-    check_int_type(q)?;
     if m != 1 {
         return Err(layout_err(
             op,
             format!("takes one activation row, got {m} (use matvec_int_staged)"),
         ));
     }
-    check_matvec_shapes(op, q, w, (m, n, k), m * k, y.len())?;
-    check_scratch(op, (m, k), xq.len(), xds.len())?;
+    check_int_product::<I>(op, q, w, (m, n, k), (m * k, y.len()), (xq.len(), xds.len()))?;
     if matvec_is_trivial((n, k), y)? {
         return Ok(());
     }
     let cfg = staged_config(stream, op, q, (m, n, k), "rounded")?;
-    check_aligned(op, "the weight blocks", w.device_ptr())?;
-    check_aligned(op, "the rounded activations", xq.device_ptr())?;
-    check_aligned(op, "the activation factors", xds.device_ptr())?;
-    let f = function(
-        stream,
-        MODULE,
-        &format!("qmatvec_s8r_m1_{}_{}", q.name(), I::NAME),
-    )?;
-    let builder = f
-        .builder(stream, cfg)
-        .arg(u32_arg(op, "m", m)?)
-        .arg(u32_arg(op, "n", n)?)
-        .arg(u32_arg(op, "k", k)?)
-        .arg(*w)
-        .arg(*xq)
-        .arg(*xds);
-    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y): every
-    // block reads xq[0 .. k) in 16-byte pieces and xds[0 .. k / 32) pairs (the scratch sizes
-    // for one row, checked, 16-byte aligned; k a multiple of 32), weight rows below n as
-    // matvec_int_staged's kernel does (w holds n rows, checked), its shared memory within the
-    // bytes this launch gives, and writes y[c] for c < n (y holds n, checked).
-    unsafe { builder.arg(&mut *y).launch()? };
-    Ok(())
+    let kernel = format!("qmatvec_s8r_m1_{}_{}", q.name(), I::NAME);
+    launch_rounded_product(stream, op, &kernel, cfg, w, (m, n, k), (xq, xds), y)
 }
 
 /// candle-nn's `swiglu` over contiguous `[rows, 2 half]` input (`dst[r, j] = silu(src[r, j]) *
