@@ -201,13 +201,20 @@ fn main() -> Result<(), Box<dyn Error>> {
         })?;
         let want = y_ref.to_host_vec()?;
         let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        // A launch's time, bytes read per second and fraction of the copy's rate.
+        let rate = |ms: f64| {
+            format!(
+                "{:7.2} us {:7.1} GB/s {:5.1}%",
+                ms * 1e3,
+                gbs(ms),
+                100.0 * gbs(ms) / copy_gbs
+            )
+        };
         println!(
-            "{:5} copy {:7.1} GB/s | product alone (activations rounded before) {:7.2} us {:7.1} GB/s {:5.1}%",
+            "{:5} copy {:7.1} GB/s | product alone (activations rounded before) {}",
             q.name(),
             copy_gbs,
-            two_ms * 1e3,
-            gbs(two_ms),
-            100.0 * gbs(two_ms) / copy_gbs
+            rate(two_ms)
         );
         let mut y = s.alloc::<f32>(m * n)?;
         let committed_ms = time_ms(d, &s, REPS, || {
@@ -222,11 +229,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             .unwrap()
         })?;
         println!(
-            "{:5} committed one-launch wrapper {:7.2} us {:7.1} GB/s {:5.1}%",
+            "{:5} committed one-launch wrapper {}",
             q.name(),
-            committed_ms * 1e3,
-            gbs(committed_ms),
-            100.0 * gbs(committed_ms) / copy_gbs
+            rate(committed_ms)
         );
         let staged = y.to_host_vec()?;
         if m == 1 {
@@ -246,11 +251,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             })?;
             let same = y.to_host_vec()? == staged;
             println!(
-                "{:5} committed, activations rounded before {:7.2} us {:7.1} GB/s {:5.1}% (the same bits as rounding in every block: {same})",
+                "{:5} committed, activations rounded before {} (the same bits as rounding in every block: {same})",
                 q.name(),
-                rounded_ms * 1e3,
-                gbs(rounded_ms),
-                100.0 * gbs(rounded_ms) / copy_gbs
+                rate(rounded_ms)
             );
         }
         for (name, defines, module) in &modules {
