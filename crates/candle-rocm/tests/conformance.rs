@@ -2128,7 +2128,8 @@ fn logical_values(s: &CpuStorage, l: &Layout) -> Vec<f64> {
 }
 
 /// Layouts for the row-wise fused ops: single element, rows of 1, odd lengths, rank 3, a start
-/// offset, 4096/4097-long rows, many rows; the last one is transposed (a typed layout error).
+/// offset, 4096/4097-long rows, a decode step's one row, many rows; the last one is transposed
+/// (a typed layout error).
 fn fused_row_cases() -> Vec<Case> {
     vec![
         c("single element", contiguous((1, 1))),
@@ -2137,6 +2138,7 @@ fn fused_row_cases() -> Vec<Case> {
         c("odd rows", contiguous((3, 17))),
         c("rank3 with offset", with_offset((2, 3, 33), 5)),
         c("4096-long rows", contiguous((4, 4096))),
+        c("decode row", contiguous((1, 1, 4096))),
         c("4097-long rows", contiguous((2, 4097))),
         c("many rows", contiguous((300, 65))),
         c("transposed", Layout::contiguous((17, 3)).transpose(0, 1)),

@@ -79,5 +79,7 @@ pub use memory::{
     PendingCopy, PinnedHostBuffer,
 };
 pub use module::{Function, Module};
-pub use profile::{launch_profile_start, launch_profile_stop, KernelProfile};
+pub use profile::{
+    launch_profile_start, launch_profile_start_this_thread, launch_profile_stop, KernelProfile,
+};
 pub use stream::Stream;

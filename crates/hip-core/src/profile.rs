@@ -30,6 +30,8 @@ const TIMED: u8 = 2;
 
 #[derive(Default)]
 struct Profile {
+    /// Only this thread's launches are counted (`None`: every thread's).
+    thread: Option<std::thread::ThreadId>,
     counts: HashMap<String, u64>,
     /// (kernel, start, end) of each timed launch, in launch order.
     events: Vec<(String, Event, Event)>,
@@ -47,8 +49,26 @@ fn profile() -> std::sync::MutexGuard<'static, Option<Profile>> {
 /// With `timed`, each launch is bracketed by two timing events on its stream, read by
 /// [`launch_profile_stop`].
 pub fn launch_profile_start(timed: bool) {
-    *profile() = Some(Profile::default());
+    start(timed, None);
+}
+
+/// Starts a launch profile, as [`launch_profile_start`] does, of the calling thread's launches
+/// only: a test that counts what it launches, beside other tests of the same process.
+pub fn launch_profile_start_this_thread(timed: bool) {
+    start(timed, Some(std::thread::current().id()));
+}
+
+fn start(timed: bool, thread: Option<std::thread::ThreadId>) {
+    *profile() = Some(Profile {
+        thread,
+        ..Profile::default()
+    });
     STATE.store(if timed { TIMED } else { COUNTING }, Ordering::Relaxed);
+}
+
+/// Whether profile `p` counts the calling thread's launches.
+fn counts_this_thread(p: &Profile) -> bool {
+    p.thread.is_none_or(|t| t == std::thread::current().id())
 }
 
 /// Stops the profile and returns the launches by kernel, most GPU time (then most launches)
@@ -100,7 +120,7 @@ fn is_timed() -> bool {
 
 /// A timing event recorded on `stream` before a launch, when the profile is timed.
 pub(crate) fn before_launch(stream: &Stream) -> Option<Event> {
-    if !is_timed() {
+    if !is_timed() || !profile().as_ref().is_some_and(counts_this_thread) {
         return None;
     }
     let e = Event::new(stream.device(), true).ok()?;
@@ -116,7 +136,7 @@ pub(crate) fn after_launch(name: &str, stream: &Stream, start: Option<Event>) {
         Some(e)
     });
     let mut guard = profile();
-    let Some(p) = guard.as_mut() else {
+    let Some(p) = guard.as_mut().filter(|p| counts_this_thread(p)) else {
         return;
     };
     *p.counts.entry(name.to_string()).or_default() += 1;

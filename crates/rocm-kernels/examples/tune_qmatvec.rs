@@ -69,6 +69,7 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("stage_double", "QS_SB_32=256 QS_SB_8=128 QS_SB_K=32"),
         ("min_blocks3", "QS_MIN_BLOCKS=3"),
         ("teams4", "QS_TEAMS=4"),
+        ("k_parts4", "QS_P_K=4"),
     ]
 }
 

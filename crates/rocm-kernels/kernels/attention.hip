@@ -837,18 +837,47 @@ __device__ __forceinline__ u32 at_nv_pack(float lo, float hi) {
     return r;
 }
 
+// L2 hints on the K/V copies: 0 none, 1 evict-first (the rows are read once a step), 2 a
+// 256-byte L2 prefetch (a 128-dim row of 2-byte elements), 3 both (the default: 2.8-4.1% faster
+// at 16k and 64k keys on an H100, level at 4k; docs/attention.md).
+#ifndef AT_DN_CP_HINT
+#define AT_DN_CP_HINT 3
+#endif
+
+// 16 bytes from global to shared asynchronously, with the L2 hints AT_DN_CP_HINT selects.
+template <int HINT>
+__device__ __forceinline__ void at_dn_cp16(u32 dst, const void* src, u32 bytes, u64 policy) {
+    if constexpr (HINT == 1)
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                     "l"(src), "r"(bytes), "l"(policy)
+                     : "memory");
+    else if constexpr (HINT == 2)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(bytes)
+                     : "memory");
+    else if constexpr (HINT == 3)
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(
+                         dst),
+                     "l"(src), "r"(bytes), "l"(policy)
+                     : "memory");
+    else
+        at_nv_cp16(dst, src, bytes);
+}
+
 // Rows [j0, j0 + ROWS) of a head (row stride `ss`, rows at or past `n` zero-filled) into a
-// shared tile of pitch P elements, asynchronously (the caller commits the copy group).
-template <typename T, int D, int ROWS, int P, int NTHREADS>
+// shared tile of pitch P elements, asynchronously (the caller commits the copy group), by
+// NTHREADS threads (`tid` this one's index among them) with at_dn_cp16's L2 hints HINT (0: none;
+// `policy` is the evict-first policy that hints 1 and 3 take).
+template <typename T, int D, int ROWS, int P, int NTHREADS, int HINT = 0>
 __device__ __forceinline__ void at_nv_load_rows(u32 tile, const T* src, i64 ss, int j0, int n,
-                                                int tid) {
+                                                int tid, u64 policy = 0) {
     constexpr int CH = D / 8;  // 16-byte chunks per row
 #pragma unroll
     for (int e = tid; e < ROWS * CH; e += NTHREADS) {
         const int r = e / CH, c = (e % CH) * 8;
         const bool in = j0 + r < n;
-        at_nv_cp16(tile + (u32)(r * P + c) * 2u, src + (in ? (i64)(j0 + r) * ss : 0) + c,
-                   in ? 16u : 0u);
+        at_dn_cp16<HINT>(tile + (u32)(r * P + c) * 2u, src + (in ? (i64)(j0 + r) * ss : 0) + c,
+                         in ? 16u : 0u, policy);
     }
 }
 
@@ -1149,46 +1178,6 @@ __device__ __forceinline__ void at_prefill_nv(const AttnParams& p, const T* __re
 #ifndef AT_DN_STAGES
 #define AT_DN_STAGES 2
 #endif
-// L2 hints on the K/V copies: 0 none, 1 evict-first (the rows are read once a step), 2 a
-// 256-byte L2 prefetch (a 128-dim row of 2-byte elements), 3 both (the default: 2.8-4.1% faster
-// at 16k and 64k keys on an H100, level at 4k; docs/attention.md).
-#ifndef AT_DN_CP_HINT
-#define AT_DN_CP_HINT 3
-#endif
-
-// 16 bytes from global to shared asynchronously, with the L2 hints AT_DN_CP_HINT selects.
-template <int HINT>
-__device__ __forceinline__ void at_dn_cp16(u32 dst, const void* src, u32 bytes, u64 policy) {
-    if constexpr (HINT == 1)
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-                     "l"(src), "r"(bytes), "l"(policy)
-                     : "memory");
-    else if constexpr (HINT == 2)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                     "r"(bytes)
-                     : "memory");
-    else if constexpr (HINT == 3)
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(
-                         dst),
-                     "l"(src), "r"(bytes), "l"(policy)
-                     : "memory");
-    else
-        at_nv_cp16(dst, src, bytes);
-}
-
-// at_nv_load_rows with at_dn_cp16's hints (32 lanes).
-template <typename T, int D, int ROWS, int P>
-__device__ __forceinline__ void at_dn_load_rows(u32 tile, const T* src, i64 ss, int j0, int n,
-                                                int lane, u64 policy) {
-    constexpr int CH = D / 8;
-#pragma unroll
-    for (int e = lane; e < ROWS * CH; e += 32) {
-        const int r = e / CH, c = (e % CH) * 8;
-        const bool in = j0 + r < n;
-        at_dn_cp16<AT_DN_CP_HINT>(tile + (u32)(r * P + c) * 2u,
-                                  src + (in ? (i64)(j0 + r) * ss : 0) + c, in ? 16u : 0u, policy);
-    }
-}
 // Query slots per block (the rows of one mma A operand).
 #define AT_DN_ROWS 16
 // Dynamic shared memory of at_decode_nv, in bytes: every warp's ring of K and V tiles (the
@@ -1278,9 +1267,9 @@ __device__ __forceinline__ void at_decode_nv(const AttnParams& p, const T* __res
         if (i < mine) {
             const u32 slot = ring + (u32)((i % ST) * 2 * TILE) * (u32)sizeof(T);
             const int j0 = (w + W * i) * KT;
-            at_dn_load_rows<T, D, KT, P>(slot, kb, p.k_ss, j0, n, lane, policy);
-            at_dn_load_rows<T, D, KT, P>(slot + (u32)TILE * (u32)sizeof(T), vb, p.v_ss, j0, n,
-                                         lane, policy);
+            at_nv_load_rows<T, D, KT, P, 32, AT_DN_CP_HINT>(slot, kb, p.k_ss, j0, n, lane, policy);
+            at_nv_load_rows<T, D, KT, P, 32, AT_DN_CP_HINT>(slot + (u32)TILE * (u32)sizeof(T), vb,
+                                                            p.v_ss, j0, n, lane, policy);
         }
         at_nv_cp_commit();
     };

@@ -1041,6 +1041,8 @@ template <int P> struct qi_q3k {
 // 64 nh + 32 + l (rows 1, 3), qh bytes 128 + 32 nh + l, scales 192 + 8 nh + l0 / 16 + 2 i.
 template <int P> struct qi_q6k {
     enum { QK = 256, BYTES = 210, PARTS = P, LP = 64 / P, NI = LP / 4 };
+    // A part's LP elements of a row share one scale (16 elements each): 4 to 16 parts.
+    static_assert(P == 4 || P == 8 || P == 16, "q6k parts: 4, 8 or 16");
     struct W { float d; float sc[4]; int v[4][NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         const int nh = part / (P / 2), l0 = (part % (P / 2)) * LP;
@@ -1596,36 +1598,23 @@ QI_ALL(q3k, qi_q3k<QI_P_K>)
 #ifndef QS_P_Q6K
 #define QS_P_Q6K 4
 #endif
-// Stages in flight per team (QS_DEPTH, the default of the per-family values). Measured on an
-// H100 (tune_qmatvec, quantized.md): 2 and 3 were slower than 1 at every decode shape (more
-// registers, no gain: the stages of one team are not the bound); kept as a tunable for GPUs
-// of longer memory latency.
+// Stages in flight per team. Measured on an H100 (tune_qmatvec, quantized.md): 2 and 3 were
+// slower than 1 at every decode shape (more registers, no gain: the stages of one team are not
+// the bound); kept as a tunable for GPUs of longer memory latency.
 #ifndef QS_DEPTH
 #define QS_DEPTH 1
 #endif
-#ifndef QS_DEPTH_32
-#define QS_DEPTH_32 QS_DEPTH
-#endif
-#ifndef QS_DEPTH_8
-#define QS_DEPTH_8 QS_DEPTH
-#endif
-#ifndef QS_DEPTH_K
-#define QS_DEPTH_K QS_DEPTH
-#endif
-#ifndef QS_DEPTH_Q6K
-#define QS_DEPTH_Q6K QS_DEPTH
-#endif
-QS_ALL(q4_0, qi_q4_0<QS_P_32>, QS_SB_32, QS_DEPTH_32)
-QS_ALL(q4_1, qi_q4_1<QS_P_32>, QS_SB_32, QS_DEPTH_32)
-QS_ALL(q5_0, qi_q5_0<QS_P_32>, QS_SB_32, QS_DEPTH_32)
-QS_ALL(q5_1, qi_q5_1<QS_P_32>, QS_SB_32, QS_DEPTH_32)
-QS_ALL(q8_0, qi_q8_0<QS_P_32>, QS_SB_8, QS_DEPTH_8)
-QS_ALL(q8_1, qi_q8_1<QS_P_32>, QS_SB_8, QS_DEPTH_8)
-QS_ALL(q4k, qi_q4k<QS_P_K>, QS_SB_K, QS_DEPTH_K)
-QS_ALL(q5k, qi_q5k<QS_P_Q5K>, QS_SB_K, QS_DEPTH_K)
-QS_ALL(q6k, qi_q6k<QS_P_Q6K>, QS_SB_K, QS_DEPTH_Q6K)
-QS_ALL(q2k, qi_q2k<QS_P_K>, 32, QS_DEPTH_K)
-QS_ALL(q3k, qi_q3k<QS_P_K>, 24, QS_DEPTH_K)
+QS_ALL(q4_0, qi_q4_0<QS_P_32>, QS_SB_32, QS_DEPTH)
+QS_ALL(q4_1, qi_q4_1<QS_P_32>, QS_SB_32, QS_DEPTH)
+QS_ALL(q5_0, qi_q5_0<QS_P_32>, QS_SB_32, QS_DEPTH)
+QS_ALL(q5_1, qi_q5_1<QS_P_32>, QS_SB_32, QS_DEPTH)
+QS_ALL(q8_0, qi_q8_0<QS_P_32>, QS_SB_8, QS_DEPTH)
+QS_ALL(q8_1, qi_q8_1<QS_P_32>, QS_SB_8, QS_DEPTH)
+QS_ALL(q4k, qi_q4k<QS_P_K>, QS_SB_K, QS_DEPTH)
+QS_ALL(q5k, qi_q5k<QS_P_Q5K>, QS_SB_K, QS_DEPTH)
+QS_ALL(q6k, qi_q6k<QS_P_Q6K>, QS_SB_K, QS_DEPTH)
+QS_ALL(q2k, qi_q2k<QS_P_K>, 32, QS_DEPTH)
+QS_ALL(q3k, qi_q3k<QS_P_K>, 24, QS_DEPTH)
 
 #define QK_PLAIN_FROM(SNAME, STYPE)                                                              \
     QK_PLAIN_KERNEL(SNAME, STYPE, f32, f32)                                                      \

@@ -283,7 +283,7 @@ fn softmax_takes_the_fused_kernel_on_the_last_dim() {
     let x = x_cpu.to_device(&dev).unwrap();
     let launched = |f: &dyn Fn() -> Tensor| {
         dev.synchronize().unwrap();
-        hip_core::launch_profile_start(false);
+        hip_core::launch_profile_start_this_thread(false);
         let y = f();
         let p = hip_core::launch_profile_stop();
         y.to_vec3::<f32>().unwrap();
@@ -593,7 +593,7 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
     // self-attention through candle-nn's sdpa on ext devices, after one q/k/v product), with
     // no softmax.
     dev.synchronize().unwrap();
-    hip_core::launch_profile_start(false);
+    hip_core::launch_profile_start_this_thread(false);
     let profiled = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
     let profile = hip_core::launch_profile_stop();
     // Launches of the kernels whose names start with `prefix`.
@@ -621,7 +621,7 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
     );
     // With the map's variables (gradients tracked) attention stays the composition.
     dev.synchronize().unwrap();
-    hip_core::launch_profile_start(false);
+    hip_core::launch_profile_start_this_thread(false);
     let composed = forward(&tracked, &g_ids, &g_pos, &g_add, &g_keep);
     let tracked_profile = hip_core::launch_profile_stop();
     assert_eq!(
@@ -962,7 +962,7 @@ fn llama_with_fused_attention_matches_unfused() {
             .unsqueeze(0)
             .unwrap();
         m.forward(&next, prompt.len(), &mut cache).unwrap();
-        hip_core::launch_profile_start(false);
+        hip_core::launch_profile_start_this_thread(false);
         let logits = m.forward(&next, prompt.len() + 1, &mut cache);
         let profile = hip_core::launch_profile_stop();
         logits.unwrap();

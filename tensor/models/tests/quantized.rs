@@ -257,7 +257,7 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             .unwrap()
             .unsqueeze(0)
             .unwrap();
-        hip_core::launch_profile_start(false);
+        hip_core::launch_profile_start_this_thread(false);
         let logits = gpu.forward(&x, prompt.len() + 6).unwrap();
         let profile = hip_core::launch_profile_stop();
         logits_f32(&logits);

@@ -426,7 +426,7 @@ fn swiglu_rounding_reused_by_the_next_product_gives_the_same_bits() {
     let (n, k) = (300, 69 * 256);
     let wide = Layout::contiguous((1, 2 * k));
     let s8r_launches = |f: &mut dyn FnMut()| {
-        hip_core::launch_profile_start(false);
+        hip_core::launch_profile_start_this_thread(false);
         f();
         hip_core::launch_profile_stop()
             .iter()

@@ -8,9 +8,9 @@ use hip_core::DeviceSlice;
 use rocm_kernels::nn;
 
 /// (rows, cols): single elements, short rows (1 to 3), rows that are not multiples of a block,
-/// long rows (8192: kept in registers; 20001: longer than 16 x 1024, the block-strided loops),
-/// empty shapes.
-const ROW_CASES: [(usize, usize); 12] = [
+/// a decode step's rows (1, 64 and 65 rows of a 4096 hidden size), long rows (8192: kept in
+/// registers; 20001: longer than 16 x 1024, the block-strided loops), empty shapes.
+const ROW_CASES: [(usize, usize); 15] = [
     (1, 1),
     (3, 2),
     (7, 3),
@@ -19,6 +19,9 @@ const ROW_CASES: [(usize, usize); 12] = [
     (33, 257),
     (4, 1000),
     (3, 4099),
+    (1, 4096),
+    (64, 4096),
+    (65, 4096),
     (2, 8192),
     (2, 20001),
     (0, 5),
