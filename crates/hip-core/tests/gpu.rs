@@ -535,54 +535,64 @@ fn many_threads_at_once() {
     println!("{s:?}");
 }
 
-/// A profile of this thread's launches counts none of another thread's, while a profile of
-/// every thread counts both (timed or not).
+/// A thread's own profile counts its launches only, beside other threads' own profiles running
+/// at the same time, while a process-wide profile counts every thread's (timed or not).
 #[test]
 #[ignore = "needs a GPU"]
 fn a_thread_profile_counts_only_its_own_launches() {
-    // Profiles are process-wide: no other test's launches may fall into the global one.
+    // The process-wide profile: no other test's launches may fall into it.
     let _lock = exclusive();
     let d = device();
     let m = Arc::new(kernels(&d));
-    let stream = d.create_stream().unwrap();
-    let fill = m.function("fill_u32").unwrap();
-    let mut b = stream.alloc::<u32>(1000).unwrap();
-    let other_thread_launches = |times: usize| {
-        let m = m.clone();
-        std::thread::spawn(move || {
-            let d = Device::new(0).unwrap();
-            let stream = d.create_stream().unwrap();
-            let fill = m.function("fill_u32").unwrap();
-            let mut b = stream.alloc::<u32>(1000).unwrap();
-            for _ in 0..times {
-                launch_fill(&fill, &stream, &mut b, 7);
-            }
-            stream.synchronize().unwrap();
-        })
-        .join()
-        .unwrap();
-    };
     for timed in [false, true] {
-        hip_core::launch_profile_start_this_thread(timed);
-        launch_fill(&fill, &stream, &mut b, 1);
-        other_thread_launches(3);
-        launch_fill(&fill, &stream, &mut b, 2);
-        let own = hip_core::launch_profile_stop();
-        assert_eq!(own.len(), 1, "timed {timed}: {own:?}");
-        assert_eq!(own[0].name, "fill_u32");
-        assert_eq!(
-            own[0].launches, 2,
-            "timed {timed}: only this thread's launches"
-        );
-        assert_eq!(own[0].gpu_ms.is_some(), timed);
+        // Three threads, each with its own profile, launching t + 1 times while every other
+        // thread's profile is on (the barriers), then a process-wide profile over all of them.
+        let together = Arc::new(std::sync::Barrier::new(3));
+        let threads: Vec<_> = (0..3usize)
+            .map(|t| {
+                let (m, together) = (m.clone(), together.clone());
+                std::thread::spawn(move || {
+                    let d = Device::new(0).unwrap();
+                    let stream = d.create_stream().unwrap();
+                    let fill = m.function("fill_u32").unwrap();
+                    let mut b = stream.alloc::<u32>(1000).unwrap();
+                    hip_core::launch_profile_start_this_thread(timed);
+                    together.wait();
+                    for _ in 0..=t {
+                        launch_fill(&fill, &stream, &mut b, t as u32);
+                    }
+                    together.wait();
+                    let own = hip_core::launch_profile_stop();
+                    assert!(b.to_host_vec().unwrap().iter().all(|&v| v == t as u32));
+                    own
+                })
+            })
+            .collect();
+        for (t, h) in threads.into_iter().enumerate() {
+            let own = h.join().unwrap();
+            assert_eq!(own.len(), 1, "timed {timed}, thread {t}: {own:?}");
+            assert_eq!(own[0].name, "fill_u32");
+            assert_eq!(own[0].launches, t as u64 + 1, "timed {timed}, thread {t}");
+            assert_eq!(own[0].gpu_ms.is_some(), timed);
+        }
 
         hip_core::launch_profile_start(timed);
-        launch_fill(&fill, &stream, &mut b, 1);
-        other_thread_launches(3);
+        for t in 0..2u32 {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                let d = Device::new(0).unwrap();
+                let stream = d.create_stream().unwrap();
+                let mut b = stream.alloc::<u32>(1000).unwrap();
+                launch_fill(&m.function("fill_u32").unwrap(), &stream, &mut b, t);
+                stream.synchronize().unwrap();
+            })
+            .join()
+            .unwrap();
+        }
         let all = hip_core::launch_profile_stop();
-        assert_eq!(all[0].launches, 4, "timed {timed}: every thread's launches");
+        assert_eq!(all[0].launches, 2, "timed {timed}: every thread's launches");
+        assert_eq!(all[0].gpu_ms.is_some(), timed);
     }
-    assert!(b.to_host_vec().unwrap().iter().all(|&v| v == 1));
 }
 
 #[test]

@@ -412,6 +412,22 @@ fn staged_matvec_matches_over_many_stages_and_rows() {
     dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
 }
 
+/// The launches of the pre-rounded product (`qmatvec_s8r_m1_*`) that `f` makes on this thread.
+fn s8r_launches(f: &mut dyn FnMut()) -> u64 {
+    hip_core::launch_profile_start_this_thread(false);
+    f();
+    hip_core::launch_profile_stop()
+        .iter()
+        .filter(|p| p.name.starts_with("qmatvec_s8r_m1_"))
+        .map(|p| p.launches)
+        .sum::<u64>()
+}
+
+/// The bits of f32 values.
+fn f32_bits(v: Vec<f32>) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 /// The decode step's swiglu also rounds its one row for the integer product that multiplies it
 /// next, on a device that has run such a product, and that product then reads the rounding
 /// (one `qmatvec_s8r_m1_*` launch) instead of rounding the row in every block: the swiglu gives
@@ -425,15 +441,6 @@ fn swiglu_rounding_reused_by_the_next_product_gives_the_same_bits() {
     let dev = RocmDevice::new(0).expect("opening GPU 0");
     let (n, k) = (300, 69 * 256);
     let wide = Layout::contiguous((1, 2 * k));
-    let s8r_launches = |f: &mut dyn FnMut()| {
-        hip_core::launch_profile_start_this_thread(false);
-        f();
-        hip_core::launch_profile_stop()
-            .iter()
-            .filter(|p| p.name.starts_with("qmatvec_s8r_m1_"))
-            .map(|p| p.launches)
-            .sum::<u64>()
-    };
     for wtype in [
         GgmlDType::Q4_0,
         GgmlDType::Q4K,
@@ -513,7 +520,6 @@ fn swiglu_rounding_reused_by_the_next_product_gives_the_same_bits() {
         half,
     )
     .unwrap();
-    let f32_bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(
         f32_bits(out.to_host_vec().unwrap()),
         f32_bits(plain.to_host_vec().unwrap()),
