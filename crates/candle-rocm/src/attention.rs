@@ -18,7 +18,7 @@ use rocm_kernels::KernelDType;
 
 use crate::device::RocmDevice;
 use crate::error::{hip_err, kernel_err, RocmError};
-use crate::storage::{RocmStorage, RocmStorageSlice};
+use crate::storage::{FloatBuffer, RocmStorage, RocmStorageSlice};
 
 /// Scale, softcap and window (rocm-kernels' options, used as they are).
 pub use rocm_kernels::attention::{
@@ -52,31 +52,8 @@ impl AttnLayout {
     }
 }
 
-/// The storage dtypes the kernels take (f32, f16, bf16).
-trait AttnDType: KernelDType {
-    fn buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>>;
-    fn wrap(b: DeviceBuffer<Self>) -> RocmStorageSlice;
-}
-
-macro_rules! attn_dtype {
-    ($($t:ty => $v:ident),*) => {$(
-        impl AttnDType for $t {
-            fn buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>> {
-                match s {
-                    RocmStorageSlice::$v(b) => Some(b),
-                    _ => None,
-                }
-            }
-            fn wrap(b: DeviceBuffer<Self>) -> RocmStorageSlice {
-                RocmStorageSlice::$v(b)
-            }
-        }
-    )*};
-}
-attn_dtype!(bf16 => BF16, f16 => F16, f32 => F32);
-
 /// The buffer of `s`, which must hold `T`.
-fn typed<'a, T: AttnDType>(op: &str, s: &'a RocmStorage) -> Result<&'a DeviceBuffer<T>> {
+fn typed<'a, T: FloatBuffer>(op: &str, s: &'a RocmStorage) -> Result<&'a DeviceBuffer<T>> {
     T::buffer(s.as_slice()).ok_or_else(|| not_float(op, s.dtype()))
 }
 
@@ -277,7 +254,7 @@ struct Fixed<'a> {
 }
 
 impl Fixed<'_> {
-    fn run<T: AttnDType>(&self) -> Result<RocmStorageSlice> {
+    fn run<T: FloatBuffer>(&self) -> Result<RocmStorageSlice> {
         let (op, order, sh) = (self.op, self.order, &self.shape);
         let dev = self.q.0.device();
         let qo = operand(op, dev, typed::<T>(op, self.q.0)?, self.q.1)?;
@@ -405,7 +382,7 @@ struct Packed<'a> {
 }
 
 impl Packed<'_> {
-    fn run<T: AttnDType>(&self) -> Result<RocmStorageSlice> {
+    fn run<T: FloatBuffer>(&self) -> Result<RocmStorageSlice> {
         let op = "flash_attn_varlen";
         let dev = self.q.0.device();
         let flag = dev.index_flag()?;

@@ -74,6 +74,9 @@ struct DeviceState {
     /// one-row swiglu also round its result for the next product (fused.rs), so that models
     /// without quantized weights never load the quantized kernels for it.
     ran_integer_matvec: AtomicBool,
+    /// Whether a one-row residual add and rms_norm run inside the product that reads them
+    /// (`QMatMul::ext_rms_norm_forward`, quantized/normed.rs).
+    norm_in_matvec: AtomicBool,
 }
 
 impl RocmDevice {
@@ -98,6 +101,7 @@ impl RocmDevice {
                 side_stream: OnceLock::new(),
                 rounded_activations: Mutex::new(None),
                 ran_integer_matvec: AtomicBool::new(false),
+                norm_in_matvec: AtomicBool::new(true),
             }),
         }
     }
@@ -112,6 +116,18 @@ impl RocmDevice {
     /// The current [`QuantizedMatvec`] choice of this device.
     pub fn quantized_matvec(&self) -> QuantizedMatvec {
         QuantizedMatvec::from_code(self.state.matvec_kind.load(Ordering::Relaxed))
+    }
+
+    /// Whether one activation row's residual add and rms_norm run inside the quantized product
+    /// that reads the norm (candle's `QMatMul::ext_rms_norm_forward`, one launch instead of two;
+    /// on by default), on this device and its clones. Off, the caller runs them as separate ops.
+    pub fn set_norm_in_matvec(&self, on: bool) {
+        self.state.norm_in_matvec.store(on, Ordering::Relaxed);
+    }
+
+    /// See [`RocmDevice::set_norm_in_matvec`].
+    pub fn norm_in_matvec(&self) -> bool {
+        self.state.norm_in_matvec.load(Ordering::Relaxed)
     }
 
     /// Chooses how quantized matmuls with more than

@@ -39,9 +39,11 @@ use crate::storage::{RocmStorage, RocmStorageSlice};
 use crate::RocmDevice;
 
 mod activations;
+mod normed;
 mod prefill;
 
 pub(crate) use activations::{ActivationKey, RoundedActivations};
+pub use normed::NormedProduct;
 pub use prefill::QuantizedGemmPlan;
 
 /// Which kernel multiplies quantized weights with up to [`MATVEC_MAX_ROWS`] activation rows.

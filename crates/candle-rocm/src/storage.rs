@@ -425,3 +425,29 @@ impl BackendStorage for RocmStorage {
         copy::const_set(self, value, layout)
     }
 }
+
+/// The storage dtypes of the kernels that take f32, f16 and bf16: their buffer in a
+/// [`RocmStorageSlice`], and back.
+pub(crate) trait FloatBuffer: KernelDType {
+    /// The buffer of `s` when it holds this dtype.
+    fn buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>>;
+    /// `b` as a storage slice.
+    fn wrap(b: DeviceBuffer<Self>) -> RocmStorageSlice;
+}
+
+macro_rules! float_buffer {
+    ($($t:ty => $v:ident),*) => {$(
+        impl FloatBuffer for $t {
+            fn buffer(s: &RocmStorageSlice) -> Option<&DeviceBuffer<Self>> {
+                match s {
+                    RocmStorageSlice::$v(b) => Some(b),
+                    _ => None,
+                }
+            }
+            fn wrap(b: DeviceBuffer<Self>) -> RocmStorageSlice {
+                RocmStorageSlice::$v(b)
+            }
+        }
+    )*};
+}
+float_buffer!(bf16 => BF16, f16 => F16, f32 => F32);

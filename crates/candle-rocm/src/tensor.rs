@@ -169,6 +169,32 @@ impl ExtQuantizedStorage for QRocmStorage {
             QRocmStorage::indexed_moe_forward(self, self_shape, x, x_layout, ids, ids_layout)?;
         Ok((ExtStorage::new(out), shape))
     }
+
+    fn rms_norm_matmul_t(
+        &self,
+        self_shape: &Shape,
+        (x, x_layout): (&ExtStorage, &Layout),
+        residual: Option<(&ExtStorage, &Layout)>,
+        (alpha, alpha_layout): (&ExtStorage, &Layout),
+        eps: f32,
+    ) -> Result<Option<(Option<ExtStorage>, ExtStorage, Shape)>> {
+        let op = "qmatmul (residual add and rms_norm)";
+        let residual = match residual {
+            Some((r, l)) => Some((rocm_operand(op, r)?, l)),
+            None => None,
+        };
+        let fused = QRocmStorage::rms_norm_matmul_t(
+            self,
+            self_shape,
+            (rocm_operand(op, x)?, x_layout),
+            residual,
+            (rocm_operand(op, alpha)?, alpha_layout),
+            eps,
+        )?;
+        Ok(fused.map(|(sum, product, shape)| {
+            (sum.map(ExtStorage::new), ExtStorage::new(product), shape)
+        }))
+    }
 }
 
 impl ExtBackendStorage for RocmStorage {

@@ -102,9 +102,21 @@ impl Profile {
 
 static PROFILE: Mutex<Option<Profile>> = Mutex::new(None);
 
+/// A thread's own profile, when it has one. A thread that ends with its profile still on gives
+/// its place in [`THREAD_PROFILES`] back, so that the launch path's off check stays exact.
+struct ThreadProfile(Option<Profile>);
+
+impl Drop for ThreadProfile {
+    fn drop(&mut self) {
+        if self.0.is_some() {
+            THREAD_PROFILES.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 thread_local! {
-    /// This thread's own profile, when it has one.
-    static THREAD_PROFILE: RefCell<Option<Profile>> = const { RefCell::new(None) };
+    /// This thread's own profile.
+    static THREAD_PROFILE: RefCell<ThreadProfile> = const { RefCell::new(ThreadProfile(None)) };
 }
 
 fn profile() -> std::sync::MutexGuard<'static, Option<Profile>> {
@@ -117,7 +129,7 @@ fn with_thread_profile<R>(f: impl FnOnce(&mut Option<Profile>) -> R) -> Option<R
         return None;
     }
     THREAD_PROFILE
-        .try_with(|p| p.try_borrow_mut().ok().map(|mut p| f(&mut p)))
+        .try_with(|p| p.try_borrow_mut().ok().map(|mut p| f(&mut p.0)))
         .ok()
         .flatten()
 }
@@ -134,7 +146,7 @@ pub fn launch_profile_start(timed: bool) {
 /// from zero when it has one): a test that counts what it launches, beside other tests of the
 /// same process and their own profiles. [`launch_profile_stop`] on this thread ends it.
 pub fn launch_profile_start_this_thread(timed: bool) {
-    let started = THREAD_PROFILE.with(|p| p.borrow_mut().replace(Profile::new(timed)).is_none());
+    let started = THREAD_PROFILE.with(|p| p.borrow_mut().0.replace(Profile::new(timed)).is_none());
     if started {
         THREAD_PROFILES.fetch_add(1, Ordering::Relaxed);
     }
@@ -225,8 +237,12 @@ mod tests {
     /// Threads' own profiles, on at the same time, count their own launches only and end on
     /// their own thread; the process-wide one, on beside them, counts every thread's. (The GPU
     /// test `a_thread_profile_counts_only_its_own_launches` does the same with real launches.)
+    /// The tests here read the process-wide profile state: one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     #[test]
     fn thread_profiles_are_each_threads_own() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let together = std::sync::Arc::new(std::sync::Barrier::new(3));
         launch_profile_start(false);
         let threads: Vec<_> = (0..3u64)
@@ -261,5 +277,20 @@ mod tests {
         assert!(!is_on());
         record_launch("k", None);
         assert!(launch_profile_stop().is_empty());
+    }
+
+    /// A thread that ends with its own profile on leaves profiling off for everyone else.
+    #[test]
+    fn a_thread_ending_with_its_profile_on_turns_it_off() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        std::thread::spawn(|| {
+            launch_profile_start_this_thread(true);
+            record_launch("k", None);
+            assert!(is_on());
+        })
+        .join()
+        .unwrap();
+        assert!(!is_on());
+        assert_eq!(THREAD_PROFILES.load(Ordering::Relaxed), 0);
     }
 }

@@ -1274,7 +1274,11 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 // qmatvec_s8_m1_{Q}_{I} (the same arguments, m = 1 only: the decode step's product), and
 // qmatvec_s8r_m1_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y)
 //     (m = 1, the activations already rounded by quantize_q8x or swiglu_q8x: copied into
-//     shared memory instead of rounded there; xq and xds 16-byte aligned)
+//     shared memory instead of rounded there; xq and xds 16-byte aligned), and
+// qmatvec_s8n_m1_{Q}_{I}(u32 n, u32 k, const u8* w, const I* x, const I* r, const I* alpha,
+//     float eps, I* sum, I* y) (one row: the decode step's residual add and rms_norm done by the
+//     product, qs_norm_round: y = rms_norm(x + r, alpha, eps) W^T and sum = x + r, or y =
+//     rms_norm(x, alpha, eps) W^T where r and sum are null; x, r, alpha, sum 16-byte aligned)
 //     The product of qmatvec_i8 (the same rounded activations x', the same per-block integer
 //     dot products) in one launch: every block first rounds the m activation rows into its
 //     shared memory (as quantize_q8x would), then each team of 32 lanes owns whole weight rows
@@ -1332,13 +1336,120 @@ template <typename Q, int SB> struct qs_stage {
     enum { CAP = (SB * Q::BYTES + 14 + 15) / 16 * 16, PIECES = CAP / 16, LOADS = (PIECES + QK_TEAM - 1) / QK_TEAM };
 };
 
+// Where a staged product's activations come from (qs_matvec's SRC).
+// QS_SRC_X: x, rounded into shared memory by every block.
+// QS_SRC_ROUNDED: already rounded (xq, xds as quantize_q8x writes them; x unused), copied into
+//     shared memory.
+// QS_SRC_NORM: one row x (plus a residual), rms-normalised by every block before it is rounded
+//     (qs_norm_round, qmatvec_s8n_m1_*).
+#define QS_SRC_X 0
+#define QS_SRC_ROUNDED 1
+#define QS_SRC_NORM 2
+
+// The residual add and rms_norm of a QS_SRC_NORM product: r the residual (null: the norm of x
+// alone), alpha the norm's weights, sum the output of x + r (null without r; written by block 0).
+template <typename I> struct qs_norm_args {
+    const I* r;
+    const I* alpha;
+    float eps;
+    I* sum;
+};
+
+// 4 consecutive values (already rounded to I) stored as I, 16-byte aligned for f32, 8 for f16/bf16.
+__device__ __forceinline__ void qi_store4(f32* p, const float* v) {
+    *(float4*)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+template <typename H> __device__ __forceinline__ void qi_store4_half(H* p, const float* v) {
+    unsigned short h[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const H e = rk_from_compute<H>(v[t]);
+        h[t] = *(const unsigned short*)&e;
+    }
+    *(uint2*)p = make_uint2((u32)h[0] | ((u32)h[1] << 16), (u32)h[2] | ((u32)h[3] << 16));
+}
+__device__ __forceinline__ void qi_store4(f16* p, const float* v) { qi_store4_half(p, v); }
+__device__ __forceinline__ void qi_store4(bf16* p, const float* v) { qi_store4_half(p, v); }
+
+// The QS_SRC_NORM prologue: one row of k, s = x + r rounded to I (s = x without r; block 0 writes
+// s to nm.sum), then s * (1 / sqrt(mean(s^2) + eps)) * alpha rounded to I, rounded into shared
+// memory as quantize_q8x rounds it. The arithmetic of nn.hip's add_rms_norm / rms_norm, except
+// that the squares are summed in another order (the norm's last bits may differ). Where the
+// row is one batch (k <= 4 QS_ROUND_BATCH blockDim.x) its sums stay in registers between the
+// two passes; longer rows are read again. Every lane runs every iteration (the rounding's
+// shuffles need whole 8-lane groups).
+template <typename I>
+__device__ __forceinline__ void qs_norm_round(u32 k, const I* x, const qs_norm_args<I>& nm,
+                                              signed char* aq, float2* ads) {
+    __shared__ float team_sums[QS_TEAMS];
+    const u32 groups = k / 4, bd = blockDim.x, batch = QS_ROUND_BATCH * bd;
+    const bool held = groups <= batch;
+    float v[QS_ROUND_BATCH][4], a[QS_ROUND_BATCH][4];
+    // The batch from group g0: v the sums (0 past the row), a alpha where `with_alpha`.
+    auto load = [&](u32 g0, bool with_alpha) {
+#pragma unroll
+        for (int b = 0; b < QS_ROUND_BATCH; ++b) {
+            const u32 g = g0 + b * bd + threadIdx.x;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) v[b][t] = a[b][t] = 0.0f;
+            if (g < groups) {
+                qi_load4(x + (u64)g * 4, v[b]);
+                if (nm.r != nullptr) {
+                    float rv[4];
+                    qi_load4(nm.r + (u64)g * 4, rv);
+#pragma unroll
+                    for (int t = 0; t < 4; ++t)
+                        v[b][t] = rk_to_compute(rk_from_compute<I>(v[b][t] + rv[t]));
+                }
+                if (with_alpha) qi_load4(nm.alpha + (u64)g * 4, a[b]);
+            }
+        }
+    };
+    float ss = 0.0f;
+    for (u32 g0 = 0; g0 < groups; g0 += batch) {
+        load(g0, held);
+#pragma unroll
+        for (int b = 0; b < QS_ROUND_BATCH; ++b) {
+#pragma unroll
+            for (int t = 0; t < 4; ++t) ss += v[b][t] * v[b][t];
+            const u32 g = g0 + b * bd + threadIdx.x;
+            if (nm.sum != nullptr && blockIdx.x == 0 && g < groups) qi_store4(nm.sum + (u64)g * 4, v[b]);
+        }
+    }
+    ss = qk_team_sum(ss);
+    if (threadIdx.x % QK_TEAM == 0) team_sums[threadIdx.x / QK_TEAM] = ss;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int t = 0; t < QS_TEAMS; ++t) total += team_sums[t];
+    const float inv = 1.0f / rk_sqrt(total / (float)k + nm.eps);
+    for (u32 g0 = 0; g0 < groups; g0 += batch) {
+        if (!held) load(g0, true);
+#pragma unroll
+        for (int b = 0; b < QS_ROUND_BATCH; ++b) {
+            const u32 g = g0 + b * bd + threadIdx.x;
+            float o[4];
+#pragma unroll
+            for (int t = 0; t < 4; ++t) o[t] = rk_to_compute(rk_from_compute<I>(v[b][t] * inv * a[b][t]));
+            int packed;
+            float2 f;
+            qi_round4(o, packed, f);
+            if (g < groups) {
+                ((int*)aq)[g] = packed;
+                if ((g & 7) == 0) ads[g / 8] = f;
+            }
+        }
+    }
+}
+
 // MAXM: the most activation rows the instantiation takes (1 for the decode kernels, whose
 // loops and addresses then serve one row only; QK_MAX_M otherwise).
-// ROUNDED: the activations come already rounded (xq, xds as quantize_q8x writes them; x unused)
-// and are copied into shared memory instead of being rounded there.
-template <typename Q, typename I, int SB, int DEPTH, int MAXM, bool ROUNDED>
+// SRC: where the activations come from (QS_SRC_*); nm is read for QS_SRC_NORM only.
+template <typename Q, typename I, int SB, int DEPTH, int MAXM, int SRC>
 __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x,
-                                          const signed char* xq, const float2* xds, I* y) {
+                                          const signed char* xq, const float2* xds,
+                                          const qs_norm_args<I>& nm, I* y) {
+    static_assert(SRC != QS_SRC_NORM || MAXM == 1, "the norm prologue takes one row");
     typedef qs_stage<Q, SB> S;
     static_assert(DEPTH >= 1, "at least one stage in flight");
     if (MAXM == 1) m = 1;
@@ -1397,7 +1508,9 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) refill(d);
 
-    if (ROUNDED) {
+    if (SRC == QS_SRC_NORM) {
+        qs_norm_round<I>(k, x, nm, aq, ads);
+    } else if (SRC == QS_SRC_ROUNDED) {
         // The rounded activations, copied: m k bytes (a multiple of 16) and m k / 32 pairs, 4
         // pieces a thread loaded before any is stored (their loads in flight together; named
         // values, not an array, which AMD's compiler put in scratch).
@@ -1515,17 +1628,29 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,           \
                                      ITYPE* y) {                                                 \
-        qs_matvec<QTYPE, ITYPE, SB, DEPTH, QK_MAX_M, false>(m, n, k, w, x, nullptr, nullptr, y); \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, QK_MAX_M, QS_SRC_X>(m, n, k, w, x, nullptr, nullptr,  \
+                                                               qs_norm_args<ITYPE>{}, y);        \
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,        \
                                         ITYPE* y) {                                              \
-        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, false>(m, n, k, w, x, nullptr, nullptr, y);        \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_X>(m, n, k, w, x, nullptr, nullptr,         \
+                                                        qs_norm_args<ITYPE>{}, y);               \
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8r_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w,                       \
                                          const signed char* xq, const float2* xds, ITYPE* y) {   \
-        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, true>(m, n, k, w, nullptr, xq, xds, y);            \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_ROUNDED>(m, n, k, w, nullptr, xq, xds,      \
+                                                              qs_norm_args<ITYPE>{}, y);         \
+    }                                                                                            \
+    RK_KERNEL void QS_BOUNDS                                                                     \
+        qmatvec_s8n_m1_##QNAME##_##INAME(u32 n, u32 k, const u8* w, const ITYPE* x,              \
+                                         const ITYPE* r, const ITYPE* alpha, float eps,          \
+                                         ITYPE* sum, ITYPE* y) {                                 \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_NORM>(1, n, k, w, x, nullptr, nullptr,      \
+                                                           qs_norm_args<ITYPE>{r, alpha, eps,    \
+                                                                               sum},             \
+                                                           y);                                   \
     }
 #define QS_ALL(QNAME, QTYPE, SB, DEPTH)                                                          \
     QS_MATVEC_KERNEL(QNAME, QTYPE, f32, f32, SB, DEPTH)                                          \

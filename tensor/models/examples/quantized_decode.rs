@@ -17,8 +17,9 @@
 //! counted), then the launches of one more token by kernel name (`hip_core::launch_profile_*`).
 //!
 //! `cargo run --release --example quantized_decode -- [--device rocm|cpu] [--layers N] [--tokens N]
-//! [--host-profile N]` (`--host-profile`: sample the host over N more decode steps and print
-//! where its time goes)
+//! [--host-profile N] [--matvec int8|int8-rounded-once|float] [--norm-in-matvec on|off]`
+//! (`--host-profile`: sample the host over N more decode steps and print where its time goes;
+//! `--norm-in-matvec off`: the residual adds and norms as launches of their own)
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -40,6 +41,9 @@ struct Args {
     matvec: candle_rocm::QuantizedMatvec,
     /// Decode steps to sample the host over (0: none).
     host_profile: usize,
+    /// Whether the residual add and rms_norm run inside the product that reads them on ROCm
+    /// (`--norm-in-matvec on|off`, `RocmDevice::set_norm_in_matvec`).
+    norm_in_matvec: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -51,6 +55,7 @@ fn parse() -> Result<Args, String> {
         output_dtype: GgmlDType::Q6K,
         matvec: candle_rocm::QuantizedMatvec::default(),
         host_profile: 0,
+        norm_in_matvec: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -72,6 +77,13 @@ fn parse() -> Result<Args, String> {
                             "--matvec {other}: expected int8, int8-rounded-once or float"
                         ))
                     }
+                }
+            }
+            "--norm-in-matvec" => {
+                a.norm_in_matvec = match v()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--norm-in-matvec {other}: expected on or off")),
                 }
             }
             "--dtype" => a.dtype = parse_ggml_dtype(&v()?).map_err(|e| e.to_string())?,
@@ -111,7 +123,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "cpu" => Device::Cpu,
         "rocm" => {
             let device = Device::new_rocm(0)?;
-            device.as_rocm_device()?.set_quantized_matvec(args.matvec);
+            let rocm = device.as_rocm_device()?;
+            rocm.set_quantized_matvec(args.matvec);
+            rocm.set_norm_in_matvec(args.norm_in_matvec);
             device
         }
         other => return Err(format!("unknown device {other}").into()),

@@ -273,8 +273,10 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             .sum::<u64>();
         // Each matrix-vector product is one launch that rounds its activations itself, and on
         // ext devices the q, k and v projections are one weight, gate and up another (qkv, o,
-        // gate-up and down per layer, then the output layer): no rounding launches. The down
-        // product reads the row its swiglu rounded (`qmatvec_s8r_m1_*`).
+        // gate-up and down per layer, then the output layer): no rounding launches. The
+        // residual add and the norm before the q/k/v, gate/up and output products are done by
+        // those products (`qmatvec_s8n_m1_*`; the first layer's norm has no residual), and the
+        // down product reads the row its swiglu rounded (`qmatvec_s8r_m1_*`).
         let count = |prefix: &str| {
             profile
                 .iter()
@@ -287,13 +289,14 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             (
                 count("quantize_q8x_"),
                 count("qmatvec_s8_"),
+                count("qmatvec_s8n_m1_"),
                 count("qmatvec_s8r_m1_")
             ),
-            (0, 3 * layers + 1, layers),
+            (0, layers, 2 * layers + 1, layers),
             "head dim {d}: one launch per product expected, launches {profile:?}"
         );
-        // Each residual add and the norm after it are one launch (two per layer, after the
-        // first layer's own norm), gate and up meet in one swiglu, q and k rotate in one rope.
+        // No norm launches of their own (they are in the products), gate and up meet in one
+        // swiglu, q and k rotate in one rope.
         assert_eq!(
             [
                 count("rms_norm_"),
@@ -302,7 +305,7 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
                 count("rope_"),
                 count("badd_") + count("usilu_") + count("bmul_"),
             ],
-            [1, 2 * layers, layers, layers, 0],
+            [0, 0, layers, layers, 0],
             "head dim {d}: fused norms, swiglu and rope expected, launches {profile:?}"
         );
         // The KV cache is appended in place: one copy of the new k rows and one of the v rows

@@ -540,6 +540,179 @@ fn swiglu_rounding_reused_by_the_next_product_gives_the_same_bits() {
 /// The integer matrix-vector product keeps the last rounded activations for the next product of
 /// the same contents: reusing them gives bit-identical results to rounding afresh, and a write
 /// into the activations or a new buffer in the freed one's memory is never mistaken for them.
+/// The kernels `f` launches on this thread, with their launch counts.
+fn launches_of(f: &mut dyn FnMut()) -> Vec<(String, u64)> {
+    hip_core::launch_profile_start_this_thread(false);
+    f();
+    hip_core::launch_profile_stop()
+        .into_iter()
+        .map(|p| (p.name.to_string(), p.launches))
+        .collect()
+}
+
+/// The decode step's residual add and rms_norm done by the product that reads the norm
+/// (`QRocmStorage::rms_norm_matmul_t`: one `qmatvec_s8n_m1_*` launch and nothing else). The
+/// sum has the bits of `add_rms_norm`'s; the product is judged against an f64 evaluation of
+/// the dequantized weights times the rounded output of `add_rms_norm` (`rms_norm` without a
+/// residual) run apart: within f32 summation error, plus one rounding step of two activations
+/// (the fused norm sums its squares in another order, so its last bits, and then rarely an
+/// 8-bit activation, may differ). Rows of one batch (4096) and of two (6144, read again for
+/// the second pass), f32/f16/bf16, with and without a residual, several block types.
+/// Operands the kernel does not take give `None`, for the caller to run the ops apart.
+#[test]
+#[ignore = "needs a GPU"]
+fn norm_in_the_product_matches_the_norm_then_the_product() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let (n, eps) = (301usize, 1e-5f32);
+    for wtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+        GgmlDType::Q8_0,
+    ] {
+        for k in [4096usize, 6144] {
+            let seed = case_seed(
+                base_seed(),
+                &["norm in the product", &format!("{wtype:?}"), &k.to_string()],
+            );
+            let (q, g) = quantized_pair(&dev, wtype, &[n, k], seed);
+            let w = tensor_f64(&q.dequantize(&Device::Cpu).unwrap());
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let host = |v: Vec<f32>, dims: &[usize]| {
+                    Tensor::from_vec(v, dims, &Device::Cpu)
+                        .unwrap()
+                        .to_dtype(dtype)
+                        .unwrap()
+                };
+                let scaled = random_f32(k, seed ^ 3)
+                    .iter()
+                    .map(|v| 1.0 + 0.5 * v)
+                    .collect();
+                let up = |t: &Tensor| dev.storage_from_cpu_storage(&cpu_storage_of(t)).unwrap();
+                let xs = up(&host(random_f32(k, seed ^ 1), &[1, 1, k]));
+                let rs = up(&host(
+                    random_f32(k, seed ^ 2).iter().map(|v| 3.0 * v).collect(),
+                    &[1, 1, k],
+                ));
+                let al = up(&host(scaled, &[k]));
+                let (row, al_l) = (Layout::contiguous((1, 1, k)), Layout::contiguous(k));
+                for with_residual in [true, false] {
+                    let label = format!(
+                        "{wtype:?} ({n}, {k}) {dtype:?}, residual {with_residual} (seed {seed:#x})"
+                    );
+                    // The ops apart: the norm (and sum), then its row's values.
+                    let (want_sum, normed, normed_layout) = if with_residual {
+                        let (both, _) = xs.add_rms_norm(&row, &rs, &row, &al, &al_l, eps).unwrap();
+                        let all = both.to_cpu_storage().unwrap();
+                        let sum = bits(&all)[..k].to_vec();
+                        let l = Layout::contiguous_with_offset((1, 1, k), k);
+                        (Some(sum), both, l)
+                    } else {
+                        (
+                            None,
+                            xs.rms_norm(&row, &al, &al_l, eps).unwrap(),
+                            row.clone(),
+                        )
+                    };
+                    let normed_values = values_f64(&normed.to_cpu_storage().unwrap());
+                    let normed_values = &normed_values[normed_layout.start_offset()..][..k];
+                    drop(dev.storage_from_slice(&vec![0xFFu8; 4 * (n + k)]).unwrap());
+                    let mut got = None;
+                    let residual = with_residual.then_some((&rs, &row));
+                    let launches = launches_of(&mut || {
+                        got = g
+                            .rms_norm_matmul_t(q.shape(), (&xs, &row), residual, (&al, &al_l), eps)
+                            .unwrap()
+                    });
+                    assert!(
+                        launches.len() == 1
+                            && launches[0].0.starts_with("qmatvec_s8n_m1_")
+                            && launches[0].1 == 1,
+                        "{label}: one fused launch expected, got {launches:?}"
+                    );
+                    let (sum, y, shape) = got.expect("the fused product takes one aligned row");
+                    assert_eq!(shape.dims(), [1, 1, n], "{label}: product shape");
+                    assert_eq!(y.dtype(), dtype, "{label}: product dtype");
+                    assert_eq!(
+                        sum.map(|s| bits(&s.to_cpu_storage().unwrap())),
+                        want_sum,
+                        "{label}: the sum x + residual"
+                    );
+                    // The product's definition on the norm run apart, and the allowance for
+                    // two of its 8-bit activations one step apart.
+                    let xr = rounded_activations(normed_values);
+                    let want = reference_matmul(&xr, &w, 1, n, k);
+                    let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+                    let step = normed_values
+                        .chunks(32)
+                        .map(|b| b.iter().fold(0f64, |a, v| a.max(v.abs())) / 127.0)
+                        .fold(0f64, f64::max);
+                    let got = values_f64(&y.to_cpu_storage().unwrap());
+                    for c in 0..n {
+                        let wr = &w[c * k..(c + 1) * k];
+                        let terms: f64 = (0..k).map(|j| (xr[j] * wr[j]).abs()).sum();
+                        let wmax = wr.iter().fold(0f64, |a, v| a.max(v.abs()));
+                        let bound =
+                            1e-5 * terms + output_rounding(dtype, scale) + 2.0 * step * wmax;
+                        let err = (got[c] - want[c]).abs();
+                        assert!(
+                            err <= bound,
+                            "{label}: column {c}: {} against {} (error {err:.3e}, bound \
+                             {bound:.3e})",
+                            got[c],
+                            want[c]
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Operands the kernel does not take: None, and nothing launched.
+    let k = 256;
+    let (q, g) = quantized_pair(&dev, GgmlDType::Q4K, &[7, k], 5);
+    let shape = q.shape().clone();
+    let values = |len: usize| {
+        let t = Tensor::from_vec(random_f32(len, 9), len, &Device::Cpu).unwrap();
+        dev.storage_from_cpu_storage(&cpu_storage_of(&t)).unwrap()
+    };
+    let (x, x2, al) = (values(k + 1), values(2 * k), values(k));
+    let (row, al_l) = (Layout::contiguous((1, k)), Layout::contiguous(k));
+    let none = |label: &str, g: &QRocmStorage, shape: &Shape, x: &RocmStorage, l: &Layout| {
+        let mut got = None;
+        let launches = launches_of(&mut || {
+            got = Some(
+                g.rms_norm_matmul_t(shape, (x, l), Some((x, l)), (&al, &al_l), 1e-5)
+                    .unwrap(),
+            )
+        });
+        assert!(
+            got.unwrap().is_none() && launches.is_empty(),
+            "{label}: the ops apart expected, launches {launches:?}"
+        );
+    };
+    none("two rows", &g, &shape, &x2, &Layout::contiguous((2, k)));
+    none(
+        "a row at an unaligned offset",
+        &g,
+        &shape,
+        &x,
+        &Layout::contiguous_with_offset((1, k), 1),
+    );
+    dev.set_norm_in_matvec(false);
+    none("the switch off", &g, &shape, &x, &row);
+    dev.set_norm_in_matvec(true);
+    dev.set_quantized_matvec(QuantizedMatvec::FloatActivations);
+    none("the float kernel", &g, &shape, &x, &row);
+    dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
+    let (q8k, g8k) = quantized_pair(&dev, GgmlDType::Q8K, &[7, k], 5);
+    none("Q8K weights", &g8k, q8k.shape(), &x, &row);
+    let f16_row = dev
+        .storage_from_cpu_storage(&CpuStorage::F16(vec![f16::ONE; k]))
+        .unwrap();
+    none("an f16 row with f32 alpha", &g, &shape, &f16_row, &row);
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn rounded_activations_are_reused_only_for_the_same_contents() {

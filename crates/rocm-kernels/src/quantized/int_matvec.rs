@@ -4,7 +4,7 @@
 //! elsewhere). The result is the dequantized weights times the rounded activations
 //! `x' = d * rint(x / d)`, `d = amax / 127` per block, with f32 scaling and sums.
 
-use hip_core::{DeviceSlice, DeviceSliceMut, LaunchConfig, Stream};
+use hip_core::{DeviceSlice, DeviceSliceMut, LaunchConfig, NullPtr, Stream};
 
 use super::{
     check_aligned, check_matvec_shapes, matvec_is_trivial, u32_arg, u32_of, QuantType,
@@ -355,6 +355,101 @@ pub fn matvec_int_staged_rounded<I: KernelDType>(
     let cfg = staged_config(stream, op, q, (m, n, k), "rounded")?;
     let kernel = format!("qmatvec_s8r_m1_{}_{}", q.name(), I::NAME);
     launch_rounded_product(stream, op, &kernel, cfg, w, (m, n, k), (xq, xds), y)
+}
+
+/// The residual add and rms_norm that feed a decode step's product, done by the product:
+/// [`NormedRow::x`] plus [`NormedRow::residual`] (rounded to `I`, written to
+/// [`NormedRow::sum`]), rms-normalised with `alpha` and `eps`, rounded to `I` and then to 8
+/// bits as [`matvec_int_staged`] rounds its row. Without a residual the row is `x`'s norm and
+/// no sum is written.
+pub struct NormedRow<'s, 'a, I: KernelDType> {
+    /// The row (k elements).
+    pub x: &'s DeviceSlice<'a, I>,
+    /// Added to `x` before the norm, with `sum` receiving the result; both or neither.
+    pub residual: Option<(&'s DeviceSlice<'a, I>, &'s mut DeviceSliceMut<'a, I>)>,
+    /// The norm's weights (k elements).
+    pub alpha: &'s DeviceSlice<'a, I>,
+    /// Added to the mean of squares.
+    pub eps: f32,
+}
+
+/// One activation row's residual add and rms_norm, then its product with `n` rows of `q`
+/// weights, in one launch (`qmatvec_s8n_m1_*`): `y = rms_norm(x + residual, alpha, eps) W^T`
+/// and `sum = x + residual`, candle-nn's `add_rms_norm` followed by [`matvec_int_staged`]. Every
+/// block computes the norm (the row is read from L2 by each), so a decode step saves the norm's
+/// launch. `n` and `k` non-zero. The values are those of `crate::nn::add_rms_norm` (`crate::nn::rms_norm` without a
+/// residual) except the last bits of the norm, whose squares are summed in another order. Every
+/// operand 16-byte aligned; an error (nothing queued) where [`matvec_int_staged_fits`] says no.
+pub fn matvec_int_staged_normed<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (n, k): (usize, usize),
+    row: NormedRow<'_, '_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    let op = "qmatvec (staged, residual add and rms_norm)";
+    check_float::<I>(op, FLOAT_REASON)?;
+    check_int_type(q)?;
+    check_matvec_shapes(op, q, w, (1, n, k), row.x.len(), y.len())?;
+    let lengths = [
+        ("alpha", row.alpha.len()),
+        (
+            "the residual",
+            row.residual.as_ref().map_or(k, |(r, _)| r.len()),
+        ),
+        ("the sum", row.residual.as_ref().map_or(k, |(_, s)| s.len())),
+    ];
+    for (what, len) in lengths {
+        if len != k {
+            return Err(layout_err(
+                op,
+                format!("{what} holds {len} elements, the row {k}"),
+            ));
+        }
+    }
+    if n == 0 || k == 0 {
+        return Err(layout_err(
+            op,
+            format!("takes a non-empty row and weights, got n = {n}, k = {k} (run the ops apart)"),
+        ));
+    }
+    let cfg = staged_config(stream, op, q, (1, n, k), I::NAME)?;
+    check_aligned(op, "the weight blocks", w.device_ptr())?;
+    check_aligned(op, "the activations", row.x.device_ptr())?;
+    check_aligned(op, "alpha", row.alpha.device_ptr())?;
+    if let Some((r, sum)) = &row.residual {
+        check_aligned(op, "the residual", r.device_ptr())?;
+        check_aligned(op, "the sum", sum.device_ptr())?;
+    }
+    let f = function(
+        stream,
+        MODULE,
+        &format!("qmatvec_s8n_m1_{}_{}", q.name(), I::NAME),
+    )?;
+    let builder = f
+        .builder(stream, cfg)
+        .arg(u32_arg(op, "n", n)?)
+        .arg(u32_arg(op, "k", k)?)
+        .arg(*w)
+        .arg(*row.x);
+    let builder = match &row.residual {
+        Some((r, _)) => builder.arg(**r),
+        None => builder.arg(NullPtr),
+    };
+    let builder = builder.arg(*row.alpha).arg(row.eps);
+    let builder = match row.residual {
+        Some((_, sum)) => builder.arg(&mut *sum),
+        None => builder.arg(NullPtr),
+    };
+    // SAFETY: (u32 n, u32 k, const u8* w, const I* x, const I* r, const I* alpha, float eps,
+    // I* sum, I* y): every block reads x, alpha and r (null without a residual) [0 .. k) (each
+    // holds k elements, checked, 16-byte aligned), weight rows below n in 16-byte pieces no
+    // further than the last block's last byte (w holds n rows, checked), its shared memory
+    // within the size this launch gives; block 0 writes sum[0 .. k) (k elements, checked; null
+    // without a residual) and the teams write y[c] for c < n (y holds n, checked).
+    unsafe { builder.arg(&mut *y).launch()? };
+    Ok(())
 }
 
 /// candle-nn's `swiglu` over contiguous `[rows, 2 half]` input (`dst[r, j] = silu(src[r, j]) *
