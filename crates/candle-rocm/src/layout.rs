@@ -83,6 +83,25 @@ pub fn copy2d_range(
     strided_range(op, &[d1, d2], &[stride1, 1], offset, buffer_len)
 }
 
+/// A 2-D copy: `d1` rows of `d2` elements, source rows `src_s` apart from element `src_o`,
+/// destination rows `dst_s` apart from `dst_o` (as candle's `BackendStorage::copy2d` takes
+/// them); see [`RocmStorage::copy2d_pair`](crate::RocmStorage::copy2d_pair).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copy2dSpec {
+    /// Rows.
+    pub d1: usize,
+    /// Elements per row.
+    pub d2: usize,
+    /// Source row stride.
+    pub src_s: usize,
+    /// Destination row stride.
+    pub dst_s: usize,
+    /// Source start.
+    pub src_o: usize,
+    /// Destination start.
+    pub dst_o: usize,
+}
+
 /// The source and destination element ranges of a `copy2d`.
 pub type Copy2dRanges = (Range<usize>, Range<usize>);
 

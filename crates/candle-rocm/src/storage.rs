@@ -16,6 +16,7 @@ use rocm_kernels::KernelDType;
 
 use crate::conv;
 use crate::device::RocmDevice;
+use crate::layout::Copy2dSpec;
 use crate::error::{hip_err, RocmError};
 use crate::ops::{copy, elementwise, index, matmul, pool, reduce};
 
@@ -146,6 +147,20 @@ impl RocmStorage {
     /// The typed buffer, mutably, and the device (borrowed together, for in-place ops).
     pub(crate) fn slice_and_device_mut(&mut self) -> (&mut RocmStorageSlice, &RocmDevice) {
         (&mut self.slice, &self.device)
+    }
+
+    /// Two `copy2d`s, `self` into `dst` as `first` says and `other` into `other_dst` as
+    /// `second` says (candle's `Tensor::slice_set_pair`: a KV cache's new key and value rows),
+    /// in one launch where the four storages share a dtype, as two copies otherwise.
+    pub fn copy2d_pair(
+        &self,
+        dst: &mut Self,
+        first: Copy2dSpec,
+        other: &Self,
+        other_dst: &mut Self,
+        second: Copy2dSpec,
+    ) -> Result<()> {
+        copy::copy2d_pair((self, dst, first), (other, other_dst, second))
     }
 
     /// Fails unless `other` lives on the same device.

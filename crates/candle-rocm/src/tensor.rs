@@ -22,7 +22,8 @@
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::ext::{
-    ExtBackendDevice, ExtBackendStorage, ExtDevice, ExtQuantizedStorage, ExtStorage, FusedOp,
+    Copy2dArgs, ExtBackendDevice, ExtBackendStorage, ExtDevice, ExtQuantizedStorage, ExtStorage,
+    FusedOp,
 };
 use candle_core::quantized::GgmlDType;
 use candle_core::{op, CpuStorage, DType, Device, Layout, Result, Shape, Tensor};
@@ -198,6 +199,25 @@ impl ExtQuantizedStorage for QRocmStorage {
 }
 
 impl ExtBackendStorage for RocmStorage {
+    fn copy2d_pair(
+        &self,
+        dst: &mut Self,
+        first: Copy2dArgs,
+        other: &Self,
+        other_dst: &mut Self,
+        second: Copy2dArgs,
+    ) -> Result<()> {
+        let spec = |c: Copy2dArgs| crate::layout::Copy2dSpec {
+            d1: c.d1,
+            d2: c.d2,
+            src_s: c.src_s,
+            dst_s: c.dst_s,
+            src_o: c.src_o,
+            dst_o: c.dst_o,
+        };
+        RocmStorage::copy2d_pair(self, dst, spec(first), other, other_dst, spec(second))
+    }
+
     fn fused(&self, op: &FusedOp, inputs: &[(&Self, &Layout)]) -> Result<(Self, Shape)> {
         let operand = |i: usize| {
             inputs.get(i).copied().ok_or_else(|| {

@@ -26,6 +26,7 @@ use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::cpu_backend::CpuDevice;
 use candle_core::op::{self, BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::{CpuStorage, DType, Layout, Shape, WithDType};
+use candle_rocm::layout::Copy2dSpec;
 use candle_rocm::{RocmDevice, RocmError, RocmStorage};
 use half::{bf16, f16};
 use rocm_kernels::nn::RopeKind;
@@ -1560,6 +1561,71 @@ fn run_copies(ctx: &mut Ctx) {
             });
             let outcome = judge(Expect::Pass, gpu, Some(cpu), Some(reference), true);
             ctx.matrix.record(row, col, name, seed, outcome);
+        }
+
+        // copy2d_pair: two of the copy2d cases in one launch (each with its own source,
+        // destination and shape), judged destination by destination.
+        let buffers = |[d1, d2, ss, ds, so, dof]: [usize; 6]| {
+            let src_len = if d1 == 0 { so + 1 } else { so + (d1 - 1) * ss + d2 + 1 };
+            let dst_len = if d1 == 0 { dof + 1 } else { dof + (d1 - 1) * ds + d2 + 2 };
+            let mut map = vec![None; dst_len];
+            for r in 0..d1 {
+                for k in 0..d2 {
+                    map[dof + r * ds + k] = Some(so + r * ss + k);
+                }
+            }
+            (src_len, dst_len, map)
+        };
+        let spec = |[d1, d2, src_s, dst_s, src_o, dst_o]: [usize; 6]| Copy2dSpec {
+            d1,
+            d2,
+            src_s,
+            dst_s,
+            src_o,
+            dst_o,
+        };
+        for (i, (a_name, a)) in copy2d_cases.iter().enumerate() {
+            let (b_name, b) = copy2d_cases[(i + 1) % copy2d_cases.len()];
+            let row = "copy2d_pair";
+            let name = format!("{a_name} + {b_name}");
+            let seed = case_seed(ctx.base, &[row, col, &name]);
+            let mut rng = Rng::new(seed);
+            let ((a_src, a_dst, a_map), (b_src, b_dst, b_map)) = (buffers(*a), buffers(b));
+            let (a_src, b_src) = (
+                gen(dtype, a_src, Dist::General, &mut rng),
+                gen(dtype, b_src, Dist::General, &mut rng),
+            );
+            let (a_cpu, b_cpu) = (
+                gen(dtype, a_dst, Dist::General, &mut rng),
+                gen(dtype, b_dst, Dist::General, &mut rng),
+            );
+            let (mut a_gpu, mut b_gpu) = (ctx.upload(&a_cpu), ctx.upload(&b_cpu));
+            let pair = ctx.upload(&a_src).copy2d_pair(
+                &mut a_gpu,
+                spec(*a),
+                &ctx.upload(&b_src),
+                &mut b_gpu,
+                spec(b),
+            );
+            for (which, dst, gpu_dst, src, map, c) in [
+                ("first", a_cpu, a_gpu, &a_src, a_map, *a),
+                ("second", b_cpu, b_gpu, &b_src, b_map, b),
+            ] {
+                let gpu = match &pair {
+                    Ok(()) => gpu_dst.to_cpu_storage(),
+                    Err(e) => Err(candle_core::Error::Msg(e.to_string())),
+                };
+                let reference = remap(&dst, src, &map);
+                let mut cpu_dst = dst.clone();
+                let [d1, d2, ss, ds, so, dof] = c;
+                let cpu = oracle(|| {
+                    src.copy2d(&mut cpu_dst, d1, d2, ss, ds, so, dof)
+                        .map(|()| cpu_dst.clone())
+                });
+                let outcome = judge(Expect::Pass, gpu, Some(cpu), Some(reference), true);
+                ctx.matrix
+                    .record(row, col, &format!("{name}: {which}"), seed, outcome);
+            }
         }
 
         // const_set through every layout (broadcast ones write the same element repeatedly).

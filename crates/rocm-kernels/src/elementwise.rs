@@ -986,6 +986,82 @@ pub fn copy2d<T: KernelDType>(
     Ok(())
 }
 
+/// One of the two copies of [`copy2d_pair`]: `d1` rows of `d2` contiguous elements from `src`
+/// (rows `src_stride1` apart) to `dst` (rows `dst_stride1` apart).
+pub struct Copy2d<'s, 'a, T: KernelDType> {
+    /// The source view (offsets relative to its first element).
+    pub src: &'s DeviceSlice<'a, T>,
+    /// The destination view.
+    pub dst: &'s mut DeviceSliceMut<'a, T>,
+    /// Rows.
+    pub d1: usize,
+    /// Elements per row.
+    pub d2: usize,
+    /// Source row stride.
+    pub src_stride1: usize,
+    /// Destination row stride.
+    pub dst_stride1: usize,
+}
+
+impl<T: KernelDType> Copy2d<'_, '_, T> {
+    /// Checks the copy as [`copy2d`] does; its element count.
+    fn check(&self, op: &str) -> Result<usize> {
+        let n = numel(op, &[self.d1, self.d2])?;
+        if n == 0 {
+            return Ok(0);
+        }
+        if self.d1 > 1 && self.dst_stride1 < self.d2 {
+            return Err(layout_err(
+                op,
+                format!(
+                    "destination rows of {} elements overlap with a row stride of {}",
+                    self.d2, self.dst_stride1
+                ),
+            ));
+        }
+        let dims = [self.d1, self.d2];
+        check_operand(op, "the source", &dims, &[self.src_stride1, 1], self.src.len())?;
+        check_operand(op, "the destination", &dims, &[self.dst_stride1, 1], self.dst.len())?;
+        Ok(n)
+    }
+}
+
+/// Two [`copy2d`]s in one launch (a KV cache's new key and value rows appended together). The
+/// destinations are distinct buffers (they come from two `&mut` views).
+pub fn copy2d_pair<T: KernelDType>(
+    stream: &Stream,
+    first: Copy2d<'_, '_, T>,
+    second: Copy2d<'_, '_, T>,
+) -> Result<()> {
+    const OP: &str = "copy2d (pair)";
+    let (n0, n1) = (first.check(OP)?, second.check(OP)?);
+    if n0 == 0 || n1 == 0 {
+        // At most one copy to do: the plain kernel.
+        let (a, b) = (first, second);
+        copy2d(stream, a.src, a.dst, a.d1, a.d2, a.src_stride1, a.dst_stride1)?;
+        return copy2d(stream, b.src, b.dst, b.d1, b.d2, b.src_stride1, b.dst_stride1);
+    }
+    let f = function(stream, "fill", &format!("copy2d_pair_{}", T::NAME))?;
+    let mut cfg = launch_config(stream, n0.max(n1));
+    cfg.grid[1] = 2;
+    let builder = f
+        .builder(stream, cfg)
+        .arg(first.src)
+        .arg(&mut *first.dst)
+        .arg(second.src)
+        .arg(&mut *second.dst);
+    let builder = [first.d1, first.d2, first.src_stride1, first.dst_stride1]
+        .into_iter()
+        .chain([second.d1, second.d2, second.src_stride1, second.dst_stride1])
+        .fold(builder, |b, v| b.arg(v as u64));
+    // SAFETY: the kernel takes (const T* src0, T* dst0, const T* src1, T* dst1, then d1, d2,
+    // src_s, dst_s of each copy as u64); the blocks of grid y = 0 touch src0[r * src_s0 + c]
+    // and dst0[r * dst_s0 + c] for r < d1_0, c < d2_0, those of y = 1 the same of copy 1: each
+    // copy's largest offsets were checked against its views' lengths above.
+    unsafe { builder.launch()? };
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

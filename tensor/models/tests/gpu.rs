@@ -1121,3 +1121,84 @@ fn tp_llama_on_every_gpu_matches_one_gpu() {
     assert_eq!(tp.tokens, reference.tokens);
     assert!(worst < 1e-2, "logits differ by {worst}");
 }
+
+/// candle-nn's `KvCache` on the device: every append (prompt-sized and one-row, across the
+/// buffer's growth, f32 and bf16) gives the CPU's keys and values bit for bit, and a one-row
+/// append is one launch for both (`copy2d_pair_*`, through `Tensor::slice_set_pair`); key and
+/// value caches of different dtypes take two copies and still match.
+#[test]
+#[ignore = "needs a GPU"]
+fn kv_cache_appends_keys_and_values_in_one_launch() {
+    let _shared = shared();
+    let dev = rocm();
+    for (k_dtype, v_dtype) in [
+        (DType::F32, DType::F32),
+        (DType::BF16, DType::BF16),
+        (DType::F32, DType::F16),
+    ] {
+        // Grows by 4 positions: the appends below cross that several times.
+        let (mut gpu, mut cpu) = (
+            candle_nn::kv_cache::KvCache::new(2, 4),
+            candle_nn::kv_cache::KvCache::new(2, 4),
+        );
+        let (mut total, mut capacity) = (0, 0);
+        for (step, rows) in [3usize, 1, 1, 2, 5, 1, 1].into_iter().enumerate() {
+            // The buffer is made (or grown by a `Tensor::cat`) where the rows do not fit.
+            let fits = total + rows <= capacity;
+            while total + rows > capacity {
+                capacity += 4;
+            }
+            let make = |seed: u64, dtype: DType| {
+                Tensor::from_vec(host_values(2 * 3 * rows * 8, seed), (2, 3, rows, 8), &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+            };
+            let (k, v) = (make(2 * step as u64, k_dtype), make(2 * step as u64 + 1, v_dtype));
+            let (ck, cv) = cpu.append(&k, &v).unwrap();
+            let (kd, vd) = (k.to_device(&dev).unwrap(), v.to_device(&dev).unwrap());
+            hip_core::launch_profile_start_this_thread(false);
+            let appended = gpu.append(&kd, &vd);
+            let profile = hip_core::launch_profile_stop();
+            let (gk, gv) = appended.unwrap();
+            total += rows;
+            for (label, g, c) in [("keys", &gk, &ck), ("values", &gv, &cv)] {
+                assert_eq!(g.dims(), [2, 3, total, 8], "{k_dtype:?}/{v_dtype:?} step {step}");
+                let bits = |t: &Tensor| {
+                    t.to_dtype(DType::F32)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    bits(g),
+                    bits(c),
+                    "{k_dtype:?}/{v_dtype:?} step {step}: {label} differ from the CPU's"
+                );
+            }
+            let count = |prefix: &str| {
+                profile
+                    .iter()
+                    .filter(|p| p.name.starts_with(prefix))
+                    .map(|p| p.launches)
+                    .sum::<u64>()
+            };
+            // Rows that fit the buffer: one launch for both (two where the dtypes differ).
+            if fits {
+                let pairs = count("copy2d_pair_");
+                let singles = count("copy2d_") - pairs;
+                let want = if k_dtype == v_dtype { (1, 0) } else { (0, 2) };
+                assert_eq!(
+                    (pairs, singles),
+                    want,
+                    "{k_dtype:?}/{v_dtype:?} step {step}: launches {profile:?}"
+                );
+            }
+        }
+    }
+}

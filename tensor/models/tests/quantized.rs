@@ -308,18 +308,15 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             [0, 0, layers, layers, 0],
             "head dim {d}: fused norms, swiglu and rope expected, launches {profile:?}"
         );
-        // The KV cache is appended in place: one copy of the new k rows and one of the v rows
-        // per layer (a `Tensor::cat` of the whole cache took two per tensor).
-        let copies = profile
-            .iter()
-            .filter(|p| p.name.starts_with("copy2d_"))
-            .map(|p| p.launches)
-            .sum::<u64>();
+        // The KV cache is appended in place: the new k and v rows of a layer in one launch
+        // (`copy2d_pair_*`; a `Tensor::cat` of the whole cache took two copies per tensor).
+        let copies = count("copy2d_") - count("copy2d_pair_");
         if fused {
             assert_eq!(
-                (decode, softmax, copies),
-                (cfg.num_layers as u64, 0, 2 * cfg.num_layers as u64),
-                "head dim {d}: one fused decode per layer expected, launches {profile:?}"
+                (decode, softmax, copies, count("copy2d_pair_")),
+                (layers, 0, 0, layers),
+                "head dim {d}: one fused decode and one KV append per layer expected, launches \
+                 {profile:?}"
             );
         } else {
             assert_eq!(

@@ -12,11 +12,45 @@ use rocm_kernels::KernelDType;
 use crate::buffers::{view, view_mut};
 use crate::device::RocmDevice;
 use crate::error::{hip_err, kernel_err, RocmError};
-use crate::layout::copy2d_ranges;
+use crate::layout::{copy2d_ranges, Copy2dSpec};
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
 /// Same dtype on both sides, any storage variant (f8e4m3 as bytes): for copies.
 macro_rules! with_same_buffers {
+    // Two sources and two destinations of one dtype (the caller has checked the dtypes).
+    ($s0:expr, $d0:expr, $s1:expr, $d1:expr, |$a:ident, $b:ident, $c:ident, $e:ident| $body:expr) => {
+        match ($s0, $d0, $s1, $d1) {
+            (
+                RocmStorageSlice::U8($a),
+                RocmStorageSlice::U8($b),
+                RocmStorageSlice::U8($c),
+                RocmStorageSlice::U8($e),
+            )
+            | (
+                RocmStorageSlice::F8E4M3($a),
+                RocmStorageSlice::F8E4M3($b),
+                RocmStorageSlice::F8E4M3($c),
+                RocmStorageSlice::F8E4M3($e),
+            ) => $body,
+            with_same_buffers!(@four U32, $a, $b, $c, $e) => $body,
+            with_same_buffers!(@four I16, $a, $b, $c, $e) => $body,
+            with_same_buffers!(@four I32, $a, $b, $c, $e) => $body,
+            with_same_buffers!(@four I64, $a, $b, $c, $e) => $body,
+            with_same_buffers!(@four BF16, $a, $b, $c, $e) => $body,
+            with_same_buffers!(@four F16, $a, $b, $c, $e) => $body,
+            with_same_buffers!(@four F32, $a, $b, $c, $e) => $body,
+            with_same_buffers!(@four F64, $a, $b, $c, $e) => $body,
+            _ => unreachable!("the caller checked that the four dtypes agree"),
+        }
+    };
+    (@four $v:ident, $a:ident, $b:ident, $c:ident, $e:ident) => {
+        (
+            RocmStorageSlice::$v($a),
+            RocmStorageSlice::$v($b),
+            RocmStorageSlice::$v($c),
+            RocmStorageSlice::$v($e),
+        )
+    };
     ($src:expr, $dst:expr, $op:expr, |$a:ident, $b:ident| $body:expr) => {
         match ($src, $dst) {
             (RocmStorageSlice::U8($a), RocmStorageSlice::U8($b))
@@ -168,6 +202,70 @@ pub(crate) fn copy2d(
     with_same_buffers!(src.as_slice(), dst.as_slice_mut(), op, |s, d| {
         copy2d_buf(dev, s, d, d1, d2, src_s, dst_s, src_o, dst_o)
     })
+}
+
+/// Two `copy2d`s (a KV cache's new key and value rows): one launch where the four storages
+/// share a dtype and a device, the two copies otherwise.
+pub(crate) fn copy2d_pair(
+    (src, dst, a): (&RocmStorage, &mut RocmStorage, Copy2dSpec),
+    (other, other_dst, b): (&RocmStorage, &mut RocmStorage, Copy2dSpec),
+) -> Result<()> {
+    let op = "copy2d (pair)";
+    src.check_device(dst, op)?;
+    other.check_device(other_dst, op)?;
+    src.check_device(other, op)?;
+    let dtype = src.dtype();
+    if [dst.dtype(), other.dtype(), other_dst.dtype()] != [dtype; 3] {
+        copy2d(src, dst, a.d1, a.d2, a.src_s, a.dst_s, a.src_o, a.dst_o)?;
+        return copy2d(other, other_dst, b.d1, b.d2, b.src_s, b.dst_s, b.src_o, b.dst_o);
+    }
+    let dev = src.device();
+    with_same_buffers!(
+        src.as_slice(),
+        dst.as_slice_mut(),
+        other.as_slice(),
+        other_dst.as_slice_mut(),
+        |s0, d0, s1, d1| copy2d_pair_buf(dev, (s0, d0, a), (s1, d1, b))
+    )
+}
+
+/// [`copy2d_pair`] on typed buffers.
+fn copy2d_pair_buf<T: KernelDType>(
+    dev: &RocmDevice,
+    (src, dst, a): (&DeviceBuffer<T>, &mut DeviceBuffer<T>, Copy2dSpec),
+    (other, other_dst, b): (&DeviceBuffer<T>, &mut DeviceBuffer<T>, Copy2dSpec),
+) -> Result<()> {
+    let op = "copy2d (pair)";
+    let ranges = |c: Copy2dSpec, s: usize, d: usize| {
+        copy2d_ranges(c.d1, c.d2, c.src_s, c.dst_s, c.src_o, c.dst_o, s, d)
+    };
+    let (ra, rb) = (
+        ranges(a, src.len(), dst.len())?,
+        ranges(b, other.len(), other_dst.len())?,
+    );
+    let (Some((sa, da)), Some((sb, db))) = (ra, rb) else {
+        // At most one of them copies anything.
+        copy2d_buf(dev, src, dst, a.d1, a.d2, a.src_s, a.dst_s, a.src_o, a.dst_o)?;
+        return copy2d_buf(
+            dev, other, other_dst, b.d1, b.d2, b.src_s, b.dst_s, b.src_o, b.dst_o,
+        );
+    };
+    let (s0, s1) = (
+        src.slice(sa).map_err(hip_err(op))?,
+        other.slice(sb).map_err(hip_err(op))?,
+    );
+    let mut d0 = dst.slice_mut(da).map_err(hip_err(op))?;
+    let mut d1 = other_dst.slice_mut(db).map_err(hip_err(op))?;
+    let copy = |src, dst, c: Copy2dSpec| ew::Copy2d {
+        src,
+        dst,
+        d1: c.d1,
+        d2: c.d2,
+        src_stride1: c.src_s,
+        dst_stride1: c.dst_s,
+    };
+    ew::copy2d_pair(dev.stream(), copy(&s0, &mut d0, a), copy(&s1, &mut d1, b))
+        .map_err(kernel_err(op))
 }
 
 /// Sets every element of `x`'s view `layout` to `value` (of `x`'s dtype).
