@@ -16,8 +16,8 @@ use rocm_kernels::KernelDType;
 
 use crate::conv;
 use crate::device::RocmDevice;
-use crate::layout::Copy2dSpec;
 use crate::error::{hip_err, RocmError};
+use crate::layout::Copy2dSpec;
 use crate::ops::{copy, elementwise, index, matmul, pool, reduce};
 
 /// A device buffer tagged with its Candle dtype.

@@ -1566,8 +1566,16 @@ fn run_copies(ctx: &mut Ctx) {
         // copy2d_pair: two of the copy2d cases in one launch (each with its own source,
         // destination and shape), judged destination by destination.
         let buffers = |[d1, d2, ss, ds, so, dof]: [usize; 6]| {
-            let src_len = if d1 == 0 { so + 1 } else { so + (d1 - 1) * ss + d2 + 1 };
-            let dst_len = if d1 == 0 { dof + 1 } else { dof + (d1 - 1) * ds + d2 + 2 };
+            let src_len = if d1 == 0 {
+                so + 1
+            } else {
+                so + (d1 - 1) * ss + d2 + 1
+            };
+            let dst_len = if d1 == 0 {
+                dof + 1
+            } else {
+                dof + (d1 - 1) * ds + d2 + 2
+            };
             let mut map = vec![None; dst_len];
             for r in 0..d1 {
                 for k in 0..d2 {

@@ -1020,8 +1020,20 @@ impl<T: KernelDType> Copy2d<'_, '_, T> {
             ));
         }
         let dims = [self.d1, self.d2];
-        check_operand(op, "the source", &dims, &[self.src_stride1, 1], self.src.len())?;
-        check_operand(op, "the destination", &dims, &[self.dst_stride1, 1], self.dst.len())?;
+        check_operand(
+            op,
+            "the source",
+            &dims,
+            &[self.src_stride1, 1],
+            self.src.len(),
+        )?;
+        check_operand(
+            op,
+            "the destination",
+            &dims,
+            &[self.dst_stride1, 1],
+            self.dst.len(),
+        )?;
         Ok(n)
     }
 }
@@ -1038,8 +1050,24 @@ pub fn copy2d_pair<T: KernelDType>(
     if n0 == 0 || n1 == 0 {
         // At most one copy to do: the plain kernel.
         let (a, b) = (first, second);
-        copy2d(stream, a.src, a.dst, a.d1, a.d2, a.src_stride1, a.dst_stride1)?;
-        return copy2d(stream, b.src, b.dst, b.d1, b.d2, b.src_stride1, b.dst_stride1);
+        copy2d(
+            stream,
+            a.src,
+            a.dst,
+            a.d1,
+            a.d2,
+            a.src_stride1,
+            a.dst_stride1,
+        )?;
+        return copy2d(
+            stream,
+            b.src,
+            b.dst,
+            b.d1,
+            b.d2,
+            b.src_stride1,
+            b.dst_stride1,
+        );
     }
     let f = function(stream, "fill", &format!("copy2d_pair_{}", T::NAME))?;
     let mut cfg = launch_config(stream, n0.max(n1));

@@ -1149,12 +1149,19 @@ fn kv_cache_appends_keys_and_values_in_one_launch() {
                 capacity += 4;
             }
             let make = |seed: u64, dtype: DType| {
-                Tensor::from_vec(host_values(2 * 3 * rows * 8, seed), (2, 3, rows, 8), &Device::Cpu)
-                    .unwrap()
-                    .to_dtype(dtype)
-                    .unwrap()
+                Tensor::from_vec(
+                    host_values(2 * 3 * rows * 8, seed),
+                    (2, 3, rows, 8),
+                    &Device::Cpu,
+                )
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
             };
-            let (k, v) = (make(2 * step as u64, k_dtype), make(2 * step as u64 + 1, v_dtype));
+            let (k, v) = (
+                make(2 * step as u64, k_dtype),
+                make(2 * step as u64 + 1, v_dtype),
+            );
             let (ck, cv) = cpu.append(&k, &v).unwrap();
             let (kd, vd) = (k.to_device(&dev).unwrap(), v.to_device(&dev).unwrap());
             hip_core::launch_profile_start_this_thread(false);
@@ -1163,7 +1170,11 @@ fn kv_cache_appends_keys_and_values_in_one_launch() {
             let (gk, gv) = appended.unwrap();
             total += rows;
             for (label, g, c) in [("keys", &gk, &ck), ("values", &gv, &cv)] {
-                assert_eq!(g.dims(), [2, 3, total, 8], "{k_dtype:?}/{v_dtype:?} step {step}");
+                assert_eq!(
+                    g.dims(),
+                    [2, 3, total, 8],
+                    "{k_dtype:?}/{v_dtype:?} step {step}"
+                );
                 let bits = |t: &Tensor| {
                     t.to_dtype(DType::F32)
                         .unwrap()

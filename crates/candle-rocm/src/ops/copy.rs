@@ -217,7 +217,9 @@ pub(crate) fn copy2d_pair(
     let dtype = src.dtype();
     if [dst.dtype(), other.dtype(), other_dst.dtype()] != [dtype; 3] {
         copy2d(src, dst, a.d1, a.d2, a.src_s, a.dst_s, a.src_o, a.dst_o)?;
-        return copy2d(other, other_dst, b.d1, b.d2, b.src_s, b.dst_s, b.src_o, b.dst_o);
+        return copy2d(
+            other, other_dst, b.d1, b.d2, b.src_s, b.dst_s, b.src_o, b.dst_o,
+        );
     }
     let dev = src.device();
     with_same_buffers!(
@@ -245,7 +247,9 @@ fn copy2d_pair_buf<T: KernelDType>(
     );
     let (Some((sa, da)), Some((sb, db))) = (ra, rb) else {
         // At most one of them copies anything.
-        copy2d_buf(dev, src, dst, a.d1, a.d2, a.src_s, a.dst_s, a.src_o, a.dst_o)?;
+        copy2d_buf(
+            dev, src, dst, a.d1, a.d2, a.src_s, a.dst_s, a.src_o, a.dst_o,
+        )?;
         return copy2d_buf(
             dev, other, other_dst, b.d1, b.d2, b.src_s, b.dst_s, b.src_o, b.dst_o,
         );
