@@ -41,6 +41,7 @@ use crate::RocmDevice;
 mod activations;
 mod normed;
 mod prefill;
+mod residual;
 
 pub(crate) use activations::{ActivationKey, RoundedActivations};
 pub use normed::NormedProduct;

@@ -171,6 +171,22 @@ impl ExtQuantizedStorage for QRocmStorage {
         Ok((ExtStorage::new(out), shape))
     }
 
+    fn matmul_t_add(
+        &self,
+        self_shape: &Shape,
+        (x, x_layout): (&ExtStorage, &Layout),
+        (residual, residual_layout): (&ExtStorage, &Layout),
+    ) -> Result<Option<(ExtStorage, Shape)>> {
+        let op = "qmatmul (residual add)";
+        let fused = QRocmStorage::matmul_t_add(
+            self,
+            self_shape,
+            (rocm_operand(op, x)?, x_layout),
+            (rocm_operand(op, residual)?, residual_layout),
+        )?;
+        Ok(fused.map(|(sum, shape)| (ExtStorage::new(sum), shape)))
+    }
+
     fn rms_norm_matmul_t(
         &self,
         self_shape: &Shape,

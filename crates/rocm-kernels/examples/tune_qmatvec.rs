@@ -299,10 +299,15 @@ fn main() -> Result<(), Box<dyn Error>> {
                         .arg(k as u32)
                         .arg(w.as_slice())
                         .arg(x.as_slice());
+                    let mut out = y.as_mut_slice();
+                    let b = b.arg(&mut out);
+                    // The one-row kernel's `add` (no residual).
+                    let b = if m == 1 { b.arg(hip_core::NullPtr) } else { b };
                     // SAFETY: the kernel's contract (kernels/quantized.hip): w holds n rows of
-                    // k / QK blocks, x m k f32s (16-byte aligned allocations), y m n f32s,
-                    // `shared` bytes of dynamic shared memory as the kernel computes them.
-                    unsafe { b.arg(&mut y.as_mut_slice()).launch().unwrap() };
+                    // k / QK blocks, x m k f32s (16-byte aligned allocations), y m n f32s, a
+                    // null `add` for the one-row kernel, `shared` bytes of dynamic shared
+                    // memory as the kernel computes them.
+                    unsafe { b.launch().unwrap() };
                 };
                 let ms = time_ms(d, &s, REPS, &mut launch)?;
                 let got = y.to_host_vec()?;

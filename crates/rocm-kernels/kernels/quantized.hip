@@ -1271,10 +1271,11 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 // ---------------------------------------------------------------------------------------------
 //
 // qmatvec_s8_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y),
-// qmatvec_s8_m1_{Q}_{I} (the same arguments, m = 1 only: the decode step's product), and
-// qmatvec_s8r_m1_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y)
-//     (m = 1, the activations already rounded by quantize_q8x or swiglu_q8x: copied into
-//     shared memory instead of rounded there; xq and xds 16-byte aligned), and
+// qmatvec_s8_m1_{Q}_{I} (the same arguments and `const I* add`, m = 1 only: the decode step's
+//     product; add, when not null, a residual added to the outputs: see qs_norm_args), and
+// qmatvec_s8r_m1_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y,
+//     const I* add) (m = 1, the activations already rounded by quantize_q8x or swiglu_q8x:
+//     copied into shared memory instead of rounded there; xq and xds 16-byte aligned), and
 // qmatvec_s8n_m1_{Q}_{I}(u32 n, u32 k, const u8* w, const I* x, const I* r, const I* alpha,
 //     float eps, I* sum, I* y) (one row: the decode step's residual add and rms_norm done by the
 //     product, qs_norm_round: y = rms_norm(x + r, alpha, eps) W^T and sum = x + r, or y =
@@ -1348,11 +1349,14 @@ template <typename Q, int SB> struct qs_stage {
 
 // The residual add and rms_norm of a QS_SRC_NORM product: r the residual (null: the norm of x
 // alone), alpha the norm's weights, sum the output of x + r (null without r; written by block 0).
+// `add` (any m = 1 product; null: none): a residual added to the outputs, y[c] = round(round(x
+// W^T)[c] + add[c]), the bits of the product followed by candle's `add`.
 template <typename I> struct qs_norm_args {
     const I* r;
     const I* alpha;
     float eps;
     I* sum;
+    const I* add;
 };
 
 // 4 consecutive values (already rounded to I) stored as I, 16-byte aligned for f32, 8 for f16/bf16.
@@ -1597,7 +1601,12 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                 for (u32 r = 0; r < MAXM; ++r) {
                     if (r < m) {
                         const float t = qk_team_sum(acc[r]);
-                        if (lane == 0) y[(u64)r * n + cur_row] = rk_from_compute<I>(t);
+                        if (lane == 0) {
+                            I out = rk_from_compute<I>(t);
+                            if (MAXM == 1 && nm.add != nullptr)
+                                out = rk_from_compute<I>(rk_to_compute(out) + rk_to_compute(nm.add[cur_row]));
+                            y[(u64)r * n + cur_row] = out;
+                        }
                         acc[r] = 0.0f;
                     }
                 }
@@ -1633,15 +1642,18 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,        \
-                                        ITYPE* y) {                                              \
-        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_X>(m, n, k, w, x, nullptr, nullptr,         \
-                                                        qs_norm_args<ITYPE>{}, y);               \
+                                        ITYPE* y, const ITYPE* add) {                            \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_X>(                                         \
+            m, n, k, w, x, nullptr, nullptr,                                                     \
+            qs_norm_args<ITYPE>{nullptr, nullptr, 0.0f, nullptr, add}, y);                       \
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8r_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w,                       \
-                                         const signed char* xq, const float2* xds, ITYPE* y) {   \
-        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_ROUNDED>(m, n, k, w, nullptr, xq, xds,      \
-                                                              qs_norm_args<ITYPE>{}, y);         \
+                                         const signed char* xq, const float2* xds, ITYPE* y,     \
+                                         const ITYPE* add) {                                     \
+        qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_ROUNDED>(                                   \
+            m, n, k, w, nullptr, xq, xds,                                                        \
+            qs_norm_args<ITYPE>{nullptr, nullptr, 0.0f, nullptr, add}, y);                       \
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8n_m1_##QNAME##_##INAME(u32 n, u32 k, const u8* w, const ITYPE* x,              \
@@ -1649,7 +1661,7 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                                          ITYPE* sum, ITYPE* y) {                                 \
         qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_NORM>(1, n, k, w, x, nullptr, nullptr,      \
                                                            qs_norm_args<ITYPE>{r, alpha, eps,    \
-                                                                               sum},             \
+                                                                               sum, nullptr},    \
                                                            y);                                   \
     }
 #define QS_ALL(QNAME, QTYPE, SB, DEPTH)                                                          \

@@ -22,7 +22,7 @@ use crate::storage::{FloatBuffer, RocmStorage};
 pub type NormedProduct = (Option<RocmStorage>, RocmStorage, Shape);
 
 /// An operand and its layout.
-type Operand<'a> = (&'a RocmStorage, &'a Layout);
+pub(super) type Operand<'a> = (&'a RocmStorage, &'a Layout);
 
 /// The sum (with a residual) and the product, as buffers.
 type NormedBuffers<T> = (Option<DeviceBuffer<T>>, DeviceBuffer<T>);

@@ -713,6 +713,142 @@ fn norm_in_the_product_matches_the_norm_then_the_product() {
     none("an f16 row with f32 alpha", &g, &shape, &f16_row, &row);
 }
 
+/// A residual added by the one-row product (`QRocmStorage::matmul_t_add`: one
+/// `qmatvec_s8_m1_*` launch, or one `qmatvec_s8r_m1_*` where a swiglu rounded the row): the
+/// bits of `matmul_t` followed by candle's `add` (each output rounded to the dtype, added to
+/// the residual, rounded again), for several block types and every input dtype. Operands the
+/// kernel does not take give `None` and launch nothing.
+#[test]
+#[ignore = "needs a GPU"]
+fn residual_added_by_the_product_gives_the_bits_of_the_product_then_add() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let n = 301;
+    // The sum as candle's add computes it: both values as f32, added, rounded to the dtype.
+    let add = |y: &CpuStorage, r: &CpuStorage| -> Vec<u32> {
+        match (y, r) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
+                a.iter().zip(b).map(|(x, y)| (x + y).to_bits()).collect()
+            }
+            (CpuStorage::F16(a), CpuStorage::F16(b)) => a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| f16::from_f32(x.to_f32() + y.to_f32()).to_bits() as u32)
+                .collect(),
+            (CpuStorage::BF16(a), CpuStorage::BF16(b)) => a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| bf16::from_f32(x.to_f32() + y.to_f32()).to_bits() as u32)
+                .collect(),
+            _ => panic!("unexpected dtypes"),
+        }
+    };
+    for wtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+        GgmlDType::Q8_0,
+    ] {
+        // A row the product rounds (4096), and a swiglu's rounded row (2 x 4096 in).
+        for (k, through_swiglu) in [(4096usize, false), (4096, true)] {
+            let seed = case_seed(
+                base_seed(),
+                &[
+                    "residual add",
+                    &format!("{wtype:?}"),
+                    &through_swiglu.to_string(),
+                ],
+            );
+            let (q, g) = quantized_pair(&dev, wtype, &[n, k], seed);
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let label = format!(
+                    "{wtype:?} ({n}, {k}) {dtype:?}, swiglu row {through_swiglu} (seed {seed:#x})"
+                );
+                let host = |v: Vec<f32>, len: usize| {
+                    let t = Tensor::from_vec(v, (1, len), &Device::Cpu).unwrap();
+                    let t = t.to_dtype(dtype).unwrap();
+                    dev.storage_from_cpu_storage(&cpu_storage_of(&t)).unwrap()
+                };
+                let rs = host(random_f32(n, seed ^ 5).iter().map(|v| 4.0 * v).collect(), n);
+                let row = Layout::contiguous((1, k));
+                let x = if through_swiglu {
+                    // After a one-row product on the device, the swiglu keeps its rounding.
+                    let any = host(random_f32(k, seed ^ 8), k);
+                    g.matmul_t(q.shape(), &any, &row).unwrap();
+                    let wide = host(random_f32(2 * k, seed ^ 6), 2 * k);
+                    wide.swiglu(&Layout::contiguous((1, 2 * k))).unwrap().0
+                } else {
+                    host(random_f32(k, seed ^ 7), k)
+                };
+                let (plain, _) = g.matmul_t(q.shape(), &x, &row).unwrap();
+                let want = add(
+                    &plain.to_cpu_storage().unwrap(),
+                    &rs.to_cpu_storage().unwrap(),
+                );
+                let r_l = Layout::contiguous((1, n));
+                let mut got = None;
+                let launches = launches_of(&mut || {
+                    got = g.matmul_t_add(q.shape(), (&x, &row), (&rs, &r_l)).unwrap()
+                });
+                let kernel = if through_swiglu {
+                    "qmatvec_s8r_m1_"
+                } else {
+                    "qmatvec_s8_m1_"
+                };
+                assert!(
+                    launches.len() == 1 && launches[0].0.starts_with(kernel) && launches[0].1 == 1,
+                    "{label}: one {kernel}* launch expected, got {launches:?}"
+                );
+                let (sum, shape) = got.expect("the fused product takes one aligned row");
+                assert_eq!(shape.dims(), [1, n], "{label}: shape");
+                assert_eq!(
+                    bits(&sum.to_cpu_storage().unwrap()),
+                    want,
+                    "{label}: the product then add"
+                );
+            }
+        }
+    }
+    // Operands the kernel does not take: None, and nothing launched.
+    let k = 256;
+    let (q, g) = quantized_pair(&dev, GgmlDType::Q4K, &[7, k], 5);
+    let values = |len: usize| {
+        let t = Tensor::from_vec(random_f32(len, 9), len, &Device::Cpu).unwrap();
+        dev.storage_from_cpu_storage(&cpu_storage_of(&t)).unwrap()
+    };
+    let (x, x2, r, r2) = (values(k), values(2 * k), values(7), values(14));
+    let none = |label: &str, x: &RocmStorage, xl: &Layout, r: &RocmStorage, rl: &Layout| {
+        let mut got = None;
+        let launches =
+            launches_of(&mut || got = Some(g.matmul_t_add(q.shape(), (x, xl), (r, rl)).unwrap()));
+        assert!(
+            got.unwrap().is_none() && launches.is_empty(),
+            "{label}: the ops apart expected, launches {launches:?}"
+        );
+    };
+    let (row, out) = (Layout::contiguous((1, k)), Layout::contiguous((1, 7)));
+    none(
+        "two rows",
+        &x2,
+        &Layout::contiguous((2, k)),
+        &r2,
+        &Layout::contiguous((2, 7)),
+    );
+    none(
+        "a residual of another shape",
+        &x,
+        &row,
+        &r2,
+        &Layout::contiguous((1, 14)),
+    );
+    let f16_r = dev
+        .storage_from_cpu_storage(&CpuStorage::F16(vec![f16::ONE; 7]))
+        .unwrap();
+    none("an f16 residual", &x, &row, &f16_r, &out);
+    dev.set_norm_in_matvec(false);
+    none("the switch off", &x, &row, &r, &out);
+    dev.set_norm_in_matvec(true);
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn rounded_activations_are_reused_only_for_the_same_contents() {

@@ -192,7 +192,53 @@ pub fn matvec_int_rounded<I: KernelDType>(
     }
     let cfg = config_1d(op, "blocks", n.div_ceil(COLS_PER_BLOCK), BLOCK)?;
     let kernel = format!("qmatvec_i8_{}_{}", q.name(), I::NAME);
-    launch_rounded_product(stream, op, &kernel, cfg, w, (m, n, k), (xq, xds), y)
+    launch_rounded_product(
+        stream,
+        op,
+        &kernel,
+        cfg,
+        w,
+        (m, n, k),
+        (xq, xds),
+        y,
+        Epilogue::None,
+    )
+}
+
+/// The trailing argument of a product kernel: none (`qmatvec_i8_*`, the general staged
+/// kernel), or the `add` of the one-row staged kernels, null or a residual of `n` elements.
+#[derive(Clone, Copy)]
+enum Epilogue<'s, 'a, I: KernelDType> {
+    None,
+    Add(Option<&'s DeviceSlice<'a, I>>),
+}
+
+impl<'s, 'a, I: KernelDType> Epilogue<'s, 'a, I> {
+    /// Checks a residual's length against the `n` outputs.
+    fn check(&self, op: &str, n: usize) -> Result<()> {
+        if let Epilogue::Add(Some(r)) = self {
+            if r.len() != n {
+                return Err(layout_err(
+                    op,
+                    format!("the residual holds {} elements, the product {n}", r.len()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the argument to a launch.
+    fn push<'b>(self, builder: hip_core::LaunchBuilder<'b>) -> hip_core::LaunchBuilder<'b>
+    where
+        's: 'b,
+        'a: 'b,
+    {
+        match self {
+            Epilogue::None => builder,
+            Epilogue::Add(Some(r)) => builder.arg(*r),
+            Epilogue::Add(None) => builder.arg(NullPtr),
+        }
+    }
 }
 
 /// Launches `kernel`, an integer product of pre-rounded activations with the signature
@@ -209,7 +255,9 @@ fn launch_rounded_product<I: KernelDType>(
     (m, n, k): (usize, usize, usize),
     (xq, xds): (&DeviceSlice<'_, u8>, &DeviceSlice<'_, f32>),
     y: &mut DeviceSliceMut<'_, I>,
+    epilogue: Epilogue<'_, '_, I>,
 ) -> Result<()> {
+    epilogue.check(op, n)?;
     check_aligned(op, "the weight blocks", w.device_ptr())?;
     check_aligned(op, "the rounded activations", xq.device_ptr())?;
     check_aligned(op, "the activation factors", xds.device_ptr())?;
@@ -223,13 +271,14 @@ fn launch_rounded_product<I: KernelDType>(
         .arg(*xq)
         .arg(*xds);
     // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y), the
-    // signature of both kernels that reach here (qmatvec_i8_*, qmatvec_s8r_m1_*): they read
-    // weight rows below n (w holds n rows, checked by the caller; the staged kernel in 16-byte
-    // pieces no further than the last block's last byte), xq[0 .. m k) and xds[0 .. m k / 32)
-    // pairs (the scratch sizes, checked by the caller; 16-byte aligned, checked above), at
-    // most the shared memory `cfg` gives, and write y[r n + c] for r < m, c < n (y holds m n,
-    // checked by the caller).
-    unsafe { builder.arg(&mut *y).launch()? };
+    // signature of qmatvec_i8_* (Epilogue::None), and of qmatvec_s8r_m1_* followed by `const I*
+    // add` (Epilogue::Add): they read weight rows below n (w holds n rows, checked by the
+    // caller; the staged kernel in 16-byte pieces no further than the last block's last byte),
+    // xq[0 .. m k) and xds[0 .. m k / 32) pairs (the scratch sizes, checked by the caller;
+    // 16-byte aligned, checked above), add[0 .. n) when not null (checked above), at most the
+    // shared memory `cfg` gives, and write y[r n + c] for r < m, c < n (y holds m n, checked
+    // by the caller).
+    unsafe { epilogue.push(builder.arg(&mut *y)).launch()? };
     Ok(())
 }
 
@@ -294,7 +343,41 @@ pub fn matvec_int_staged<I: KernelDType>(
     x: &DeviceSlice<'_, I>,
     y: &mut DeviceSliceMut<'_, I>,
 ) -> Result<()> {
+    let epilogue = if m == 1 {
+        Epilogue::Add(None)
+    } else {
+        Epilogue::None
+    };
+    staged_product(stream, q, w, (m, n, k), x, y, epilogue)
+}
+
+/// [`matvec_int_staged`] for one activation row with `residual` (`n` elements) added to the
+/// product in the same launch: `y = x W^T + residual`, the bits of the product followed by
+/// candle's `add` (a decode step's attention output or MLP added to the residual stream).
+pub fn matvec_int_staged_add<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (n, k): (usize, usize),
+    x: &DeviceSlice<'_, I>,
+    residual: &DeviceSlice<'_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    staged_product(stream, q, w, (1, n, k), x, y, Epilogue::Add(Some(residual)))
+}
+
+/// The launch of [`matvec_int_staged`] and [`matvec_int_staged_add`].
+fn staged_product<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    x: &DeviceSlice<'_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+    epilogue: Epilogue<'_, '_, I>,
+) -> Result<()> {
     let op = "qmatvec (staged)";
+    epilogue.check(op, n)?;
     check_float::<I>(op, FLOAT_REASON)?;
     check_int_type(q)?;
     check_matvec_shapes(op, q, w, (m, n, k), x.len(), y.len())?;
@@ -318,12 +401,14 @@ pub fn matvec_int_staged<I: KernelDType>(
         .arg(u32_arg(op, "k", k)?)
         .arg(*w)
         .arg(*x);
-    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const I* x, I* y): every block reads x[0 ..
-    // m k) (x holds m k elements, checked, 16-byte aligned), weight rows below n in 16-byte
-    // pieces no further than the last block's last byte (w holds n rows, checked), its shared
-    // memory within `shared` bytes (the size this launch gives), and writes y[r n + c] for
-    // r < m, c < n (y holds m n, checked).
-    unsafe { builder.arg(&mut *y).launch()? };
+    // SAFETY: (u32 m, u32 n, u32 k, const u8* w, const I* x, I* y), followed for the m = 1
+    // kernel by `const I* add` (the caller's epilogue: Add for m = 1, None otherwise): every
+    // block reads x[0 .. m k) (x holds m k elements, checked, 16-byte aligned), weight rows
+    // below n in 16-byte pieces no further than the last block's last byte (w holds n rows,
+    // checked), add[0 .. n) when not null (checked), its shared memory within `shared` bytes
+    // (the size this launch gives), and writes y[r n + c] for r < m, c < n (y holds m n,
+    // checked).
+    unsafe { epilogue.push(builder.arg(&mut *y)).launch()? };
     Ok(())
 }
 
@@ -341,6 +426,35 @@ pub fn matvec_int_staged_rounded<I: KernelDType>(
     xds: &DeviceSlice<'_, f32>,
     y: &mut DeviceSliceMut<'_, I>,
 ) -> Result<()> {
+    staged_rounded_product(stream, q, w, (m, n, k), (xq, xds), y, None)
+}
+
+/// [`matvec_int_staged_rounded`] with `residual` (`n` elements) added to the product in the
+/// same launch, as [`matvec_int_staged_add`].
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_int_staged_rounded_add<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (n, k): (usize, usize),
+    xq: &DeviceSlice<'_, u8>,
+    xds: &DeviceSlice<'_, f32>,
+    residual: &DeviceSlice<'_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+) -> Result<()> {
+    staged_rounded_product(stream, q, w, (1, n, k), (xq, xds), y, Some(residual))
+}
+
+/// The launch of [`matvec_int_staged_rounded`] and [`matvec_int_staged_rounded_add`].
+fn staged_rounded_product<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (m, n, k): (usize, usize, usize),
+    (xq, xds): (&DeviceSlice<'_, u8>, &DeviceSlice<'_, f32>),
+    y: &mut DeviceSliceMut<'_, I>,
+    residual: Option<&DeviceSlice<'_, I>>,
+) -> Result<()> {
     let op = "qmatvec (staged, rounded activations)";
     if m != 1 {
         return Err(layout_err(
@@ -354,7 +468,18 @@ pub fn matvec_int_staged_rounded<I: KernelDType>(
     }
     let cfg = staged_config(stream, op, q, (m, n, k), "rounded")?;
     let kernel = format!("qmatvec_s8r_m1_{}_{}", q.name(), I::NAME);
-    launch_rounded_product(stream, op, &kernel, cfg, w, (m, n, k), (xq, xds), y)
+    let epilogue = Epilogue::Add(residual);
+    launch_rounded_product(
+        stream,
+        op,
+        &kernel,
+        cfg,
+        w,
+        (m, n, k),
+        (xq, xds),
+        y,
+        epilogue,
+    )
 }
 
 /// The residual add and rms_norm that feed a decode step's product, done by the product:
