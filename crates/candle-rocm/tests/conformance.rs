@@ -1527,44 +1527,8 @@ fn run_copies(ctx: &mut Ctx) {
             ("empty", [0, 3, 3, 3, 0, 0]),
             ("large", [100, 257, 300, 260, 7, 3]),
         ];
-        for (name, [d1, d2, ss, ds, so, dof]) in copy2d_cases {
-            let row = "copy2d";
-            let seed = case_seed(ctx.base, &[row, col, name]);
-            let mut rng = Rng::new(seed);
-            let src_len = if d1 == 0 {
-                so + 1
-            } else {
-                so + (d1 - 1) * ss + d2 + 1
-            };
-            let dst_len = if d1 == 0 {
-                dof + 1
-            } else {
-                dof + (d1 - 1) * ds + d2 + 2
-            };
-            let src = gen(dtype, src_len, Dist::General, &mut rng);
-            let mut cpu_dst = gen(dtype, dst_len, Dist::General, &mut rng);
-            let mut gpu_dst = ctx.upload(&cpu_dst);
-            let gpu = ctx
-                .upload(&src)
-                .copy2d(&mut gpu_dst, d1, d2, ss, ds, so, dof)
-                .and_then(|()| gpu_dst.to_cpu_storage());
-            let mut map = vec![None; dst_len];
-            for r in 0..d1 {
-                for k in 0..d2 {
-                    map[dof + r * ds + k] = Some(so + r * ss + k);
-                }
-            }
-            let reference = remap(&cpu_dst, &src, &map);
-            let cpu = oracle(|| {
-                src.copy2d(&mut cpu_dst, d1, d2, ss, ds, so, dof)
-                    .map(|()| cpu_dst.clone())
-            });
-            let outcome = judge(Expect::Pass, gpu, Some(cpu), Some(reference), true);
-            ctx.matrix.record(row, col, name, seed, outcome);
-        }
-
-        // copy2d_pair: two of the copy2d cases in one launch (each with its own source,
-        // destination and shape), judged destination by destination.
+        // Source and destination lengths of a case (room around the rows) and where each
+        // destination element comes from.
         let buffers = |[d1, d2, ss, ds, so, dof]: [usize; 6]| {
             let src_len = if d1 == 0 {
                 so + 1
@@ -1584,6 +1548,30 @@ fn run_copies(ctx: &mut Ctx) {
             }
             (src_len, dst_len, map)
         };
+        for (name, case) in copy2d_cases {
+            let [d1, d2, ss, ds, so, dof] = case;
+            let row = "copy2d";
+            let seed = case_seed(ctx.base, &[row, col, name]);
+            let mut rng = Rng::new(seed);
+            let (src_len, dst_len, map) = buffers(case);
+            let src = gen(dtype, src_len, Dist::General, &mut rng);
+            let mut cpu_dst = gen(dtype, dst_len, Dist::General, &mut rng);
+            let mut gpu_dst = ctx.upload(&cpu_dst);
+            let gpu = ctx
+                .upload(&src)
+                .copy2d(&mut gpu_dst, d1, d2, ss, ds, so, dof)
+                .and_then(|()| gpu_dst.to_cpu_storage());
+            let reference = remap(&cpu_dst, &src, &map);
+            let cpu = oracle(|| {
+                src.copy2d(&mut cpu_dst, d1, d2, ss, ds, so, dof)
+                    .map(|()| cpu_dst.clone())
+            });
+            let outcome = judge(Expect::Pass, gpu, Some(cpu), Some(reference), true);
+            ctx.matrix.record(row, col, name, seed, outcome);
+        }
+
+        // copy2d_pair: two of the copy2d cases in one launch (each with its own source,
+        // destination and shape), judged destination by destination.
         let spec = |[d1, d2, src_s, dst_s, src_o, dst_o]: [usize; 6]| Copy2dSpec {
             d1,
             d2,

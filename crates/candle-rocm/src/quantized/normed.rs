@@ -47,17 +47,11 @@ impl QRocmStorage {
         let (n, k) = self_shape.dims2()?;
         let (xs, xl) = x;
         let on_this_device = |s: &RocmStorage| s.device().ordinal() == dev.ordinal();
-        let usable = dev.norm_in_matvec()
-            && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
-            && n > 0
-            && k > 0
-            && xl.dims().last() == Some(&k)
-            && xl.shape().elem_count() == k
+        let usable = self.takes_one_row_fusion(q, (n, k), xl)
             && alpha.1.dims() == [k]
             && residual.is_none_or(|(r, rl)| rl.shape() == xl.shape() && on_this_device(r))
             && on_this_device(xs)
-            && on_this_device(alpha.0)
-            && qk::prefers_matvec_int_staged(dev.stream(), q, 1, k);
+            && on_this_device(alpha.0);
         if !usable {
             return Ok(None);
         }
@@ -76,6 +70,26 @@ impl QRocmStorage {
             let storage = |s| RocmStorage::new(s, dev.clone());
             (sum.map(storage), storage(product), Shape::from(dims))
         }))
+    }
+
+    /// Whether the one-row fused products (the norm inside the product, the residual added by
+    /// it) take a row of layout `x_layout` times these `(n, k)` weights: the device's switch
+    /// on, the one-launch integer product chosen and fitting, one row of `k`, `n` and `k` not
+    /// zero. The callers check their other operands.
+    pub(super) fn takes_one_row_fusion(
+        &self,
+        q: QuantType,
+        (n, k): (usize, usize),
+        x_layout: &Layout,
+    ) -> bool {
+        let dev = &self.device;
+        dev.norm_in_matvec()
+            && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
+            && n > 0
+            && k > 0
+            && x_layout.dims().last() == Some(&k)
+            && x_layout.shape().elem_count() == k
+            && qk::prefers_matvec_int_staged(dev.stream(), q, 1, k)
     }
 
     /// The fused launch for operands of dtype `T` (`None` where one of them is of another

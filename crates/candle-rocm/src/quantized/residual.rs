@@ -13,10 +13,7 @@ use half::{bf16, f16};
 use hip_core::DeviceBuffer;
 use rocm_kernels::quantized::{self as qk, QuantType};
 
-use super::{
-    blocks_of, contiguous_view, normed::Operand, ActivationKey, Blocks, QRocmStorage,
-    QuantizedMatvec,
-};
+use super::{blocks_of, contiguous_view, normed::Operand, ActivationKey, Blocks, QRocmStorage};
 use crate::error::kernel_err;
 use crate::storage::{FloatBuffer, RocmStorage};
 
@@ -42,17 +39,11 @@ impl QRocmStorage {
             *last = n;
         }
         let on_this_device = |s: &RocmStorage| s.device().ordinal() == dev.ordinal();
-        let usable = dev.norm_in_matvec()
-            && dev.quantized_matvec() == QuantizedMatvec::Int8Activations
-            && n > 0
-            && k > 0
-            && xl.dims().last() == Some(&k)
-            && xl.shape().elem_count() == k
+        let usable = self.takes_one_row_fusion(q, (n, k), xl)
             && rl.dims() == dims.as_slice()
             && xs.dtype() == rs.dtype()
             && on_this_device(xs)
-            && on_this_device(rs)
-            && qk::prefers_matvec_int_staged(dev.stream(), q, 1, k);
+            && on_this_device(rs);
         if !usable {
             return Ok(None);
         }

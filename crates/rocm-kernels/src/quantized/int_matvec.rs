@@ -384,16 +384,10 @@ fn staged_product<I: KernelDType>(
     if matvec_is_trivial((n, k), y)? {
         return Ok(());
     }
-    let cfg = staged_config(stream, op, q, (m, n, k), I::NAME)?;
-    check_aligned(op, "the weight blocks", w.device_ptr())?;
-    check_aligned(op, "the activations", x.device_ptr())?;
     // One activation row (a decode step) takes the kernel specialised for it.
     let rows = if m == 1 { "m1_" } else { "" };
-    let f = function(
-        stream,
-        MODULE,
-        &format!("qmatvec_s8_{rows}{}_{}", q.name(), I::NAME),
-    )?;
+    let kernel = format!("qmatvec_s8_{rows}{}_{}", q.name(), I::NAME);
+    let (f, cfg) = staged_kernel::<I>(stream, op, q, (m, n, k), &kernel, w, x.device_ptr())?;
     let builder = f
         .builder(stream, cfg)
         .arg(u32_arg(op, "m", m)?)
@@ -539,19 +533,13 @@ pub fn matvec_int_staged_normed<I: KernelDType>(
             format!("takes a non-empty row and weights, got n = {n}, k = {k} (run the ops apart)"),
         ));
     }
-    let cfg = staged_config(stream, op, q, (1, n, k), I::NAME)?;
-    check_aligned(op, "the weight blocks", w.device_ptr())?;
-    check_aligned(op, "the activations", row.x.device_ptr())?;
+    let kernel = format!("qmatvec_s8n_m1_{}_{}", q.name(), I::NAME);
+    let (f, cfg) = staged_kernel::<I>(stream, op, q, (1, n, k), &kernel, w, row.x.device_ptr())?;
     check_aligned(op, "alpha", row.alpha.device_ptr())?;
     if let Some((r, sum)) = &row.residual {
         check_aligned(op, "the residual", r.device_ptr())?;
         check_aligned(op, "the sum", sum.device_ptr())?;
     }
-    let f = function(
-        stream,
-        MODULE,
-        &format!("qmatvec_s8n_m1_{}_{}", q.name(), I::NAME),
-    )?;
     let builder = f
         .builder(stream, cfg)
         .arg(u32_arg(op, "n", n)?)
@@ -636,6 +624,23 @@ pub fn swiglu_rounded<I: KernelDType>(
     // only shuffle.
     unsafe { builder.arg(&mut *xds).launch()? };
     Ok(())
+}
+
+/// The staged kernel `kernel` and its launch for `m` rows of `k` activations of dtype `I` (at
+/// `x`) times `n` rows of `q` weights `w`, after checking that both start 16-byte aligned.
+fn staged_kernel<I: KernelDType>(
+    stream: &Stream,
+    op: &str,
+    q: QuantType,
+    (m, n, k): (usize, usize, usize),
+    kernel: &str,
+    w: &DeviceSlice<'_, u8>,
+    x: hip_core::DevicePtr,
+) -> Result<(hip_core::Function, LaunchConfig)> {
+    let cfg = staged_config(stream, op, q, (m, n, k), I::NAME)?;
+    check_aligned(op, "the weight blocks", w.device_ptr())?;
+    check_aligned(op, "the activations", x)?;
+    Ok((function(stream, MODULE, kernel)?, cfg))
 }
 
 /// The launch of a staged product of `m` rows of `k` activations (`what` names them in errors)
