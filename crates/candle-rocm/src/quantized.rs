@@ -33,6 +33,7 @@ use hip_core::{DeviceBuffer, DeviceSlice};
 use rocblas_safe::GemmElement;
 use rocm_kernels::quantized::{self as qk, PlainType, QuantType, MATVEC_MAX_ROWS};
 use rocm_kernels::KernelDType;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{hip_err, kernel_err, RocmError};
 use crate::storage::{RocmStorage, RocmStorageSlice};
@@ -131,9 +132,32 @@ pub struct QRocmStorage {
     blocks: DeviceBuffer<u8>,
     dtype: GgmlDType,
     device: RocmDevice,
+    /// Whether a product has read `blocks` in stream order since they were written (uploaded or
+    /// written by a kernel): later products may then overlap the kernel queued before them
+    /// ([`qk::StagedWeights`]), since that kernel cannot be the one that wrote them.
+    blocks_settled: AtomicBool,
 }
 
 impl QRocmStorage {
+    /// The blocks (`view` of them) as a staged product's weights: the launch may overlap the
+    /// kernel before it once a product has read them in stream order ([`Self::note_blocks_read`]).
+    pub(crate) fn staged_weights<'s, 'a>(
+        &self,
+        view: &'s DeviceSlice<'a, u8>,
+    ) -> qk::StagedWeights<'s, 'a> {
+        if self.blocks_settled.load(Ordering::Relaxed) {
+            qk::StagedWeights::written_earlier(view)
+        } else {
+            qk::StagedWeights::new(view)
+        }
+    }
+
+    /// Records that a launch queued on the device's stream has read the blocks (in stream order,
+    /// after whatever wrote them).
+    pub(crate) fn note_blocks_read(&self) {
+        self.blocks_settled.store(true, Ordering::Relaxed);
+    }
+
     /// Zero-filled blocks for `elem_count` elements (a multiple of the block size).
     pub fn zeros(device: &RocmDevice, elem_count: usize, dtype: GgmlDType) -> Result<Self> {
         let op = "qzeros";
@@ -152,6 +176,7 @@ impl QRocmStorage {
             .alloc_zeroed::<u8>(bytes)
             .map_err(hip_err(op))?;
         Ok(QRocmStorage {
+            blocks_settled: AtomicBool::new(false),
             blocks,
             dtype,
             device: device.clone(),
@@ -173,6 +198,7 @@ impl QRocmStorage {
             ));
         }
         Ok(QRocmStorage {
+            blocks_settled: AtomicBool::new(false),
             blocks: device.upload(data)?,
             dtype,
             device: device.clone(),
@@ -289,6 +315,7 @@ impl QRocmStorage {
             ));
         }
         self.blocks = self.device.upload(&data)?;
+        *self.blocks_settled.get_mut() = false;
         Ok(())
     }
 
@@ -452,11 +479,12 @@ impl QRocmStorage {
                     let rounded = key
                         .filter(|_| m == 1)
                         .and_then(|key| dev.rounded_activations(&key));
+                    let weights = self.staged_weights(&w);
                     match rounded {
                         Some(r) => qk::matvec_int_staged_rounded(
                             dev.stream(),
                             q,
-                            &w,
+                            weights,
                             (m, n, k),
                             &r.xq.as_slice(),
                             &r.xds.as_slice(),
@@ -465,13 +493,14 @@ impl QRocmStorage {
                         None => qk::matvec_int_staged(
                             dev.stream(),
                             q,
-                            &w,
+                            weights,
                             (m, n, k),
                             &xs,
                             &mut out.as_mut_slice(),
                         ),
                     }
                     .map_err(kernel_err(op))?;
+                    self.note_blocks_read();
                 } else if q.has_int_matvec() && kind.rounds_activations() {
                     let rounded = match key.and_then(|key| dev.rounded_activations(&key)) {
                         Some(rounded) => rounded,

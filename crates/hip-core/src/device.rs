@@ -109,6 +109,14 @@ impl Device {
         self.inner.driver.platform()
     }
 
+    /// Whether kernels launched on this device with
+    /// [`LaunchBuilder::overlap_previous`](crate::LaunchBuilder::overlap_previous) can start
+    /// before the previous kernel ends: NVIDIA devices of compute capability 9.0 and later
+    /// (programmatic dependent launch). HIP offers no such launch on AMD devices.
+    pub fn can_overlap_launches(&self) -> bool {
+        self.platform() == Platform::Nvidia && self.inner.properties.compute_capability.0 >= 9
+    }
+
     /// The device's properties.
     pub fn properties(&self) -> &DeviceProperties {
         &self.inner.properties

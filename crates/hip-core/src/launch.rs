@@ -214,6 +214,7 @@ pub struct LaunchBuilder<'a> {
     stream: &'a Stream,
     config: LaunchConfig,
     args: KernelArgs,
+    overlap: bool,
     error: Option<Error>,
     _borrows: PhantomData<&'a ()>,
 }
@@ -226,6 +227,7 @@ impl Function {
             stream,
             config,
             args: KernelArgs::new(),
+            overlap: false,
             error: None,
             _borrows: PhantomData,
         }
@@ -252,6 +254,19 @@ impl<'a> LaunchBuilder<'a> {
             self.args.words.extend_from_slice(&args.words[s..s + n]);
             self.args.spans.push((start, len));
         }
+        self
+    }
+
+    /// Lets the kernel start while the previous kernel on the stream is still running (an
+    /// *overlapped launch*), so that its blocks are resident, and can load what does not depend
+    /// on earlier work, before that kernel ends. Only for kernels written for it: each thread
+    /// waits for the previous kernels (`rk_wait_previous` in rocm-kernels' prelude, PTX
+    /// `griddepcontrol.wait`) before it writes memory or reads memory that earlier work writes
+    /// (see [`LaunchBuilder::launch`]). Honoured on NVIDIA devices of compute capability 9.0 and
+    /// later (programmatic dependent launch) while [`overlapped_launches`] is on; elsewhere the
+    /// launch is ordinary.
+    pub fn overlap_previous(mut self, on: bool) -> Self {
+        self.overlap = on;
         self
     }
 
@@ -285,6 +300,9 @@ impl<'a> LaunchBuilder<'a> {
     /// must access only memory inside the buffers it is given (no out-of-bounds reads or writes
     /// for this grid); buffers it writes must not be accessed concurrently by other streams or
     /// the host until the kernel has finished (order such accesses with events or stream waits).
+    /// With [`LaunchBuilder::overlap_previous`], every thread of the kernel waits for the
+    /// previous kernels before it writes memory or reads memory that the kernel just before it
+    /// on the stream may write.
     pub unsafe fn launch(mut self) -> Result<()> {
         if let Some(e) = self.error.take() {
             return Err(e);
@@ -294,6 +312,7 @@ impl<'a> LaunchBuilder<'a> {
         let profiled = crate::profile::is_on().then(|| crate::profile::before_launch(self.stream));
         let device = self.stream.device();
         device.make_current()?;
+        let overlap = self.overlap && overlapped_launches() && device.can_overlap_launches();
         let mut params = self.args.param_pointers();
         // SAFETY: the function and stream are alive; `params` points into `self.args`, which is
         // not touched until the call returns (the runtime copies the values at launch); the
@@ -306,6 +325,7 @@ impl<'a> LaunchBuilder<'a> {
                 self.config.shared_mem_bytes,
                 self.stream.raw(),
                 params.as_mut_ptr(),
+                overlap,
             )
         }
         .context(|| {
@@ -376,6 +396,45 @@ pub(crate) fn validate_config(
     Ok(())
 }
 
+/// Whether launches asking for [`LaunchBuilder::overlap_previous`] may overlap: 0 unset (read
+/// `HIP_CORE_OVERLAPPED_LAUNCHES` on first use), 1 off, 2 on.
+static OVERLAPPED_LAUNCHES: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether kernels launched with [`LaunchBuilder::overlap_previous`] may start before the
+/// previous kernel ends (where the device supports it). On unless the environment variable
+/// `HIP_CORE_OVERLAPPED_LAUNCHES` is `0`, `off` or `false`, or [`set_overlapped_launches`]
+/// turned it off.
+pub fn overlapped_launches() -> bool {
+    use std::sync::atomic::Ordering;
+    match OVERLAPPED_LAUNCHES.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let on = !matches!(
+                std::env::var("HIP_CORE_OVERLAPPED_LAUNCHES")
+                    .unwrap_or_default()
+                    .to_ascii_lowercase()
+                    .as_str(),
+                "0" | "off" | "false"
+            );
+            // A concurrent `set_overlapped_launches` wins over the environment.
+            let _ = OVERLAPPED_LAUNCHES.compare_exchange(
+                0,
+                if on { 2 } else { 1 },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            OVERLAPPED_LAUNCHES.load(Ordering::Relaxed) == 2
+        }
+    }
+}
+
+/// Turns overlapped launches on or off for the whole process (for measuring what they give,
+/// or to rule them out while debugging); launches queued before the call keep their setting.
+pub fn set_overlapped_launches(on: bool) {
+    OVERLAPPED_LAUNCHES.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Kernel launches queued through [`LaunchBuilder::launch`] by this process.
 static LAUNCH_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -441,6 +500,16 @@ mod tests {
         // SAFETY: no padding; the call must fail before anything is written.
         assert!(unsafe { a.push_raw(Wide([0; 16])) }.is_err());
         assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn overlapped_launches_follow_the_switch() {
+        let before = overlapped_launches();
+        set_overlapped_launches(false);
+        assert!(!overlapped_launches());
+        set_overlapped_launches(true);
+        assert!(overlapped_launches());
+        set_overlapped_launches(before);
     }
 
     #[test]

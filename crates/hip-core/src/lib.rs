@@ -72,7 +72,7 @@ pub use device::{current_device, device_count, set_current_device, Device};
 pub use driver::{platform, DeviceProperties, DevicePtr, FunctionAttributes, Platform};
 pub use error::{Error, Result, ResultExt};
 pub use event::Event;
-pub use launch::launch_count;
+pub use launch::{launch_count, overlapped_launches, set_overlapped_launches};
 pub use launch::{KernelArg, KernelArgs, LaunchBuilder, LaunchConfig, NullPtr};
 pub use memory::{
     ContentKey, DeviceBuffer, DeviceRepr, DeviceSlice, DeviceSliceMut, HostSink, HostSource,

@@ -595,6 +595,119 @@ fn a_thread_profile_counts_only_its_own_launches() {
     }
 }
 
+const OVERLAP_KERNELS: &str = r#"
+#include <hip/hip_runtime.h>
+
+#if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define OVERLAP_PTX 1
+#endif
+
+// Nanoseconds on NVIDIA (%globaltimer); 0 elsewhere (the test compares times on NVIDIA only).
+__device__ unsigned long long now_ns() {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#else
+    return 0;
+#endif
+}
+
+__device__ void wait_previous_then_release_next() {
+#ifdef OVERLAP_PTX
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Spins for about `cycles` clock ticks, then writes out[i] = i + 1; t[0] gets the latest time
+// a block finished.
+extern "C" __global__ void slow_writer(unsigned* out, unsigned long long n, long long cycles,
+                                       unsigned long long* t) {
+    wait_previous_then_release_next();
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+    if (i < n) out[i] = (unsigned)i + 1u;
+    __syncthreads();
+    if (threadIdx.x == 0) atomicMax(&t[0], now_ns());
+}
+
+// Notes when it started (before waiting for the previous kernel: t[1] gets the earliest start
+// of a block), then out[i] = in[i] * 2.
+extern "C" __global__ void overlapped_double(const unsigned* in, unsigned* out,
+                                             unsigned long long n, unsigned long long* t) {
+    unsigned long long started = now_ns();
+    wait_previous_then_release_next();
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] * 2u;
+    if (threadIdx.x == 0) atomicMin(&t[1], started);
+}
+"#;
+
+/// A kernel launched with `overlap_previous` that waits for the previous kernel sees all of its
+/// writes; where the device overlaps launches (NVIDIA sm_90+) it really starts before the
+/// previous kernel ends, and without the request it never does.
+#[test]
+#[ignore = "needs a GPU"]
+fn an_overlapped_launch_starts_early_and_still_sees_the_previous_kernels_writes() {
+    let _lock = shared();
+    let d = device();
+    let m = d.compile("overlap_tests", OVERLAP_KERNELS, &[]).unwrap();
+    let (writer, reader) = (
+        m.function("slow_writer").unwrap(),
+        m.function("overlapped_double").unwrap(),
+    );
+    let stream = d.create_stream().unwrap();
+    let n = 8 * 256usize;
+    let overlaps = d.can_overlap_launches() && hip_core::overlapped_launches();
+    for overlap in [false, true] {
+        let mut written = stream.alloc_from_host(&vec![0u32; n]).unwrap();
+        let mut doubled = stream.alloc_from_host(&vec![7u32; n]).unwrap();
+        let mut times = stream.alloc_from_host(&[0u64, u64::MAX]).unwrap();
+        // SAFETY: slow_writer takes (unsigned*, unsigned long long, long long, unsigned long
+        // long*) and writes out[0..n) and t[0]; overlapped_double takes (const unsigned*,
+        // unsigned*, unsigned long long, unsigned long long*), waits for the previous kernel
+        // before touching memory, reads in[0..n), writes out[0..n) and t[1].
+        unsafe {
+            writer
+                .builder(&stream, LaunchConfig::for_elements(n, 256))
+                .arg(&mut written)
+                .arg(n as u64)
+                .arg(20_000_000i64)
+                .arg(&mut times)
+                .launch()
+                .unwrap();
+            reader
+                .builder(&stream, LaunchConfig::for_elements(n, 256))
+                .overlap_previous(overlap)
+                .arg(&written)
+                .arg(&mut doubled)
+                .arg(n as u64)
+                .arg(&mut times)
+                .launch()
+                .unwrap();
+        }
+        let got = doubled.to_host_vec().unwrap();
+        let want: Vec<u32> = (0..n as u32).map(|i| 2 * (i + 1)).collect();
+        assert_eq!(got, want, "overlap {overlap}");
+        let t = times.to_host_vec().unwrap();
+        let (writer_end, reader_start) = (t[0], t[1]);
+        println!(
+            "overlap {overlap} (device overlaps: {overlaps}): the reader started {} ns before \
+             the writer ended",
+            writer_end as i128 - reader_start as i128
+        );
+        if d.platform() == hip_core::Platform::Nvidia {
+            if overlap && overlaps {
+                assert!(reader_start < writer_end, "{t:?}");
+            } else {
+                assert!(reader_start >= writer_end, "{t:?}");
+            }
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn buffers_used_on_another_stream_are_not_reused_early() {

@@ -222,7 +222,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             qk::matvec_int_staged(
                 &s,
                 q,
-                &rotate().as_slice(),
+                qk::StagedWeights::written_earlier(&rotate().as_slice()),
                 (m, n, k),
                 &x.as_slice(),
                 &mut y.as_mut_slice(),
@@ -242,7 +242,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 qk::matvec_int_staged_rounded(
                     &s,
                     q,
-                    &rotate().as_slice(),
+                    qk::StagedWeights::written_earlier(&rotate().as_slice()),
                     (m, n, k),
                     &xq.as_slice(),
                     &xds.as_slice(),

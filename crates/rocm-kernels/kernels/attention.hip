@@ -1433,6 +1433,7 @@ __device__ __forceinline__ void at_decode_nv(const AttnParams& p, const T* __res
     RK_KERNEL void __launch_bounds__(AT_DN_WAVES * 32)                                           \
         attn_decode_nv_##TN##_d##D(AttnParams p, const T* q, const T* k, const T* v,             \
                                    const T* mask, T* o, float* part) {                           \
+        rk_overlapped_entry();                                                                   \
         at_decode_nv<T, D>(p, q, k, v, mask, o, part);                                           \
     }
 #endif  // RK_MMA == 1
@@ -1884,6 +1885,7 @@ __device__ __forceinline__ void at_merge(const AttnParams& p, i64 splits,
     RK_KERNEL void AT_DEC_BOUNDS(T, D, NQ)                                                      \
         attn_decode_##TN##_d##D##_q##NQ(AttnParams p, const T* q, const T* k, const T* v,        \
                                         const T* mask, T* o, float* part) {                      \
+        rk_overlapped_entry();                                                                   \
         at_decode<T, D, NQ>(p, q, k, v, mask, o, part);                                          \
     }
 // Decode kernels for 1, 4 and 8 queries per block (mirrored by `decode_queries` in
@@ -1894,6 +1896,7 @@ __device__ __forceinline__ void at_merge(const AttnParams& p, i64 splits,
     AT_DECODE_NQ(TN, T, D, 8)                                                                    \
     RK_KERNEL void __launch_bounds__(AT_THREADS)                                                 \
         attn_merge_##TN##_d##D(AttnParams p, i64 splits, const float* part, T* o) {              \
+        rk_overlapped_entry();                                                                   \
         at_merge<T, D>(p, splits, part, o);                                                      \
     }
 

@@ -14,6 +14,7 @@
 // d1 rows of d2 contiguous elements, by the blocks of grid x (any count).
 template <typename T>
 __device__ __forceinline__ void fl_copy2d(const T* src, T* dst, u64 d1, u64 d2, u64 src_s, u64 dst_s) {
+    rk_overlapped_entry();
     const u64 numel = d1 * d2;
     const u64 start = rk_thread_id();
     const u64 step = rk_thread_count();

@@ -322,6 +322,7 @@ template <typename T>
 __device__ __forceinline__ void nn_rms_norm(const T* x, const T* r, T* sum, const T* alpha,
                                             T* out, u64 rows, u64 cols, float eps) {
     typedef typename rk_compute<T>::type C;
+    rk_overlapped_entry();
     if (cols <= (u64)NN_CACHE * blockDim.x) {
         if (nn_vec4<T>((u32)cols, x, alpha, out) && nn_vec4<T>((u32)cols, r, sum, out))
             nn_rms_norm_cached<T, 4, NN_CACHE>(x, r, sum, alpha, out, rows, (u32)cols, eps);
@@ -463,6 +464,7 @@ __device__ __forceinline__ void nn_rope_loop(u64 b, u64 n1, u64 n2, u64 d, u64 c
 template <int MODE, typename T>
 __device__ __forceinline__ void nn_rope(u64 b, u64 n1, u64 n2, u64 d, u64 cs_stride_b,
                                         const T* src, const T* cos, const T* sin, T* dst) {
+    rk_overlapped_entry();
     if (b * n1 * n2 * (d / 2) < 0x80000000ull)
         nn_rope_loop<MODE, u32>(b, n1, n2, d, cs_stride_b, src, cos, sin, dst);
     else

@@ -34,6 +34,29 @@ __device__ __forceinline__ u64 strided_offset(u64 i, u64 num_dims, const u64* di
 
 #define RK_KERNEL extern "C" __global__
 
+// Overlapped launches (programmatic dependent launch, NVIDIA sm_90 and later). A kernel that
+// hip-core launches with `overlap_previous` may start while the previous kernel on its stream
+// is still running. Before it reads anything earlier work wrote, and before it writes anything,
+// each thread calls rk_wait_previous(): it returns once every earlier kernel has finished and
+// its writes are visible. rk_release_next() lets the next overlapped kernel start; it comes
+// after the wait, so that a kernel started early only ever overlaps the one kernel before it.
+// Elsewhere (AMD, older NVIDIA) launches are never overlapped and both are empty.
+__device__ __forceinline__ void rk_wait_previous() {
+#if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void rk_release_next() {
+#if defined(__HIP_PLATFORM_NVIDIA__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// The start of a kernel that reads nothing before the previous kernels have finished.
+__device__ __forceinline__ void rk_overlapped_entry() {
+    rk_wait_previous();
+    rk_release_next();
+}
+
 // Grid-stride loop bounds. Launches use a 1-D grid whose total thread count stays below 2^31.
 __device__ __forceinline__ u64 rk_thread_id() {
     return (u64)blockIdx.x * (u64)blockDim.x + (u64)threadIdx.x;

@@ -1187,6 +1187,7 @@ __device__ __forceinline__ void qi_swiglu_round(u32 groups, u32 half, const I* x
     RK_KERNEL void __launch_bounds__(256)                                                        \
         swiglu_q8x_##INAME(u32 groups, u32 half, const ITYPE* x, ITYPE* out, signed char* q,     \
                            float2* ds) {                                                         \
+        rk_overlapped_entry();                                                                   \
         qi_swiglu_round<ITYPE>(groups, half, x, out, q, ds);                                     \
     }
 
@@ -1511,6 +1512,10 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     };
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) refill(d);
+    // Only the weights were read so far (they are never written by the kernel just before an
+    // overlapped product: see `rocm_kernels::quantized`); the activations come after the wait.
+    rk_wait_previous();
+    rk_release_next();
 
     if (SRC == QS_SRC_NORM) {
         qs_norm_round<I>(k, x, nm, aq, ads);

@@ -424,6 +424,7 @@ struct rd_block_dispatch<T, Op, I, O, 1> {
 #define RK_REDUCE_KERNELS(NAME, OP, T, OUT)                                                     \
     RK_KERNEL void NAME##_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr, const u64* info,  \
                               const T* inp, OUT* out) {                                      \
+        rk_overlapped_entry();                                                               \
         const rd_layout l = {info, nk, nr, 0};                                               \
         if (red_numel < 0x80000000ull)                                                       \
             rd_thread<T, OP, u32>(out_numel, red_numel, l, inp, out);                        \
@@ -432,6 +433,7 @@ struct rd_block_dispatch<T, Op, I, O, 1> {
     }                                                                                        \
     RK_KERNEL void NAME##_block_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr,             \
                                     const u64* info, const T* inp, OUT* out) {               \
+        rk_overlapped_entry();                                                               \
         const rd_layout l = {info, nk, nr, 0};                                               \
         if (red_numel < 0x80000000ull)                                                       \
             rd_block_dispatch<T, OP, u32, OUT>::run(out_numel, red_numel, l, inp, out);      \
@@ -443,6 +445,7 @@ struct rd_block_dispatch<T, Op, I, O, 1> {
 #define RK_REDUCE_PART_KERNELS(NAME, OP, T)                                                   \
     RK_KERNEL void NAME##_part_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr,              \
                                    const u64* info, const T* inp, T* out, u64 parts) {       \
+        rk_overlapped_entry();                                                               \
         const rd_layout l = {info, nk, nr, parts};                                           \
         if (red_numel < 0x80000000ull)                                                       \
             rd_thread<T, OP, u32>(out_numel, red_numel, l, inp, out);                        \
@@ -451,6 +454,7 @@ struct rd_block_dispatch<T, Op, I, O, 1> {
     }                                                                                        \
     RK_KERNEL void NAME##_part_block_##T(u64 out_numel, u64 red_numel, u32 nk, u32 nr,        \
                                          const u64* info, const T* inp, T* out, u64 parts) { \
+        rk_overlapped_entry();                                                               \
         const rd_layout l = {info, nk, nr, parts};                                           \
         if (red_numel < 0x80000000ull)                                                       \
             rd_block_dispatch<T, OP, u32, T>::run(out_numel, red_numel, l, inp, out);        \

@@ -877,8 +877,11 @@ fn decode<T: KernelDType>(
             &format!("attn_decode_{}_d{d}_q{nq}", T::NAME),
         )?
     };
+    // The decode kernels wait for the previous kernels before touching memory
+    // (rk_overlapped_entry), so the launch may overlap the previous kernel.
     let builder = f
         .builder(stream, config)
+        .overlap_previous(true)
         .arg(ParamsArg(p))
         .arg(q.data)
         .arg(k.data)
@@ -904,8 +907,10 @@ fn decode<T: KernelDType>(
             block: [THREADS, 1, 1],
             shared_mem_bytes: 0,
         };
+        // The merge waits for the decode kernel before touching memory (rk_overlapped_entry).
         let builder = merge
             .builder(stream, config)
+            .overlap_previous(true)
             .arg(ParamsArg(p))
             .arg(splits as i64)
             .arg(&buf);

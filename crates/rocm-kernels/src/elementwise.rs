@@ -974,7 +974,9 @@ pub fn copy2d<T: KernelDType>(
     // touches src[r * src_s + c] and dst[r * dst_s + c] for r < d1, c < d2: the largest offsets,
     // (d1 - 1) * stride + d2 - 1, were checked against both view lengths above.
     unsafe {
+        // The kernel waits for the previous kernels before touching memory (fl_copy2d).
         f.builder(stream, launch_config(stream, n))
+            .overlap_previous(true)
             .arg(src)
             .arg(&mut *dst)
             .arg(d1 as u64)
@@ -1072,8 +1074,10 @@ pub fn copy2d_pair<T: KernelDType>(
     let f = function(stream, "fill", &format!("copy2d_pair_{}", T::NAME))?;
     let mut cfg = launch_config(stream, n0.max(n1));
     cfg.grid[1] = 2;
+    // The kernel waits for the previous kernels before touching memory (fl_copy2d).
     let builder = f
         .builder(stream, cfg)
+        .overlap_previous(true)
         .arg(first.src)
         .arg(&mut *first.dst)
         .arg(second.src)

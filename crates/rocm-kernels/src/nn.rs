@@ -219,6 +219,8 @@ pub fn rms_norm<T: KernelDType>(
                 f.attributes().max_threads_per_block,
             ),
         )
+        // The kernel waits for the previous kernels before touching memory (nn_rms_norm).
+        .overlap_previous(true)
         .arg(src)
         .arg(alpha)
         .arg(&mut *dst)
@@ -271,6 +273,8 @@ pub fn add_rms_norm<T: KernelDType>(
                 f.attributes().max_threads_per_block,
             ),
         )
+        // The kernel waits for the previous kernels before touching memory (nn_rms_norm).
+        .overlap_previous(true)
         .arg(src)
         .arg(residual)
         .arg(alpha)
@@ -540,7 +544,9 @@ pub fn rope_any<T: KernelDType>(
     // (<= src.len(), == dst.len(), checked) and table elements below
     // (b - 1) * cs_stride_b + t * d/2 <= the tables' element count (checked against both views).
     unsafe {
+        // The kernel waits for the previous kernels before touching memory (nn_rope).
         f.builder(stream, config)
+            .overlap_previous(true)
             .arg(b as u64)
             .arg(n1 as u64)
             .arg(n2 as u64)

@@ -600,8 +600,11 @@ fn launch<T: KernelDType, D: KernelDType>(
     // warp size, as the shuffles need. The `_part` kernels take one more argument, u64 parts
     // (any value: it only selects which outputs keep the NaN rule).
     unsafe {
+        // The kernels wait for the previous kernels before touching memory
+        // (rk_overlapped_entry), so the launch may overlap the previous one.
         let mut b = f
             .builder(stream, config)
+            .overlap_previous(true)
             .arg(plan.out_numel as u64)
             .arg(plan.red_numel as u64)
             .arg(plan.kept.len() as u32)

@@ -17,9 +17,11 @@
 //! counted), then the launches of one more token by kernel name (`hip_core::launch_profile_*`).
 //!
 //! `cargo run --release --example quantized_decode -- [--device rocm|cpu] [--layers N] [--tokens N]
-//! [--host-profile N] [--matvec int8|int8-rounded-once|float] [--norm-in-matvec on|off]`
+//! [--host-profile N] [--matvec int8|int8-rounded-once|float] [--norm-in-matvec on|off]
+//! [--overlap on|off]`
 //! (`--host-profile`: sample the host over N more decode steps and print where its time goes;
-//! `--norm-in-matvec off`: the residual adds and norms as launches of their own)
+//! `--norm-in-matvec off`: the residual adds and norms as launches of their own; `--overlap
+//! off`: no overlapped launches, `hip_core::set_overlapped_launches`)
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -44,6 +46,9 @@ struct Args {
     /// Whether the residual add and rms_norm run inside the product that reads them on ROCm
     /// (`--norm-in-matvec on|off`, `RocmDevice::set_norm_in_matvec`).
     norm_in_matvec: bool,
+    /// Whether kernels written for it may start before the previous kernel ends (`--overlap
+    /// on|off`, `hip_core::set_overlapped_launches`; NVIDIA sm_90+ only).
+    overlap: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -56,6 +61,7 @@ fn parse() -> Result<Args, String> {
         matvec: candle_rocm::QuantizedMatvec::default(),
         host_profile: 0,
         norm_in_matvec: true,
+        overlap: hip_core::overlapped_launches(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -84,6 +90,13 @@ fn parse() -> Result<Args, String> {
                     "on" => true,
                     "off" => false,
                     other => return Err(format!("--norm-in-matvec {other}: expected on or off")),
+                }
+            }
+            "--overlap" => {
+                a.overlap = match v()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--overlap {other}: expected on or off")),
                 }
             }
             "--dtype" => a.dtype = parse_ggml_dtype(&v()?).map_err(|e| e.to_string())?,
@@ -126,6 +139,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let rocm = device.as_rocm_device()?;
             rocm.set_quantized_matvec(args.matvec);
             rocm.set_norm_in_matvec(args.norm_in_matvec);
+            hip_core::set_overlapped_launches(args.overlap);
             device
         }
         other => return Err(format!("unknown device {other}").into()),
@@ -245,7 +259,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         copy_bw / 1e9
     );
     println!(
-        "decode: {} tokens in {wall:.3} s = {tps:.1} tokens/s; {:.2} ms per token (wall), host time in forward {:.2} ms per token; {:.0} kernel launches per token",
+        "decode (overlapped launches {}): {} tokens in {wall:.3} s = {tps:.1} tokens/s; {:.2} ms per token (wall), host time in forward {:.2} ms per token; {:.0} kernel launches per token",
+        if hip_core::overlapped_launches() { "on" } else { "off" },
         args.tokens,
         wall / n * 1e3,
         host / n * 1e3,

@@ -132,15 +132,17 @@ impl QRocmStorage {
             eps,
         };
         dev.note_integer_matvec();
+        let blocks = self.blocks.as_slice();
         qk::matvec_int_staged_normed(
             dev.stream(),
             q,
-            &self.blocks.as_slice(),
+            self.staged_weights(&blocks),
             (n, k),
             row,
             &mut y.as_mut_slice(),
         )
         .map_err(kernel_err(op))?;
+        self.note_blocks_read();
         Ok(Some((sum, y)))
     }
 }

@@ -86,11 +86,12 @@ impl QRocmStorage {
         dev.note_integer_matvec();
         // A row that its producer already rounded (the decode step's swiglu): the product reads
         // that rounding, as `matmul_t` does.
+        let weights = self.staged_weights(&w);
         match dev.rounded_activations(&key) {
             Some(r) => qk::matvec_int_staged_rounded_add(
                 dev.stream(),
                 q,
-                &w,
+                weights,
                 (n, k),
                 &r.xq.as_slice(),
                 &r.xds.as_slice(),
@@ -100,7 +101,7 @@ impl QRocmStorage {
             None => qk::matvec_int_staged_add(
                 dev.stream(),
                 q,
-                &w,
+                weights,
                 (n, k),
                 &xv,
                 &rv,
@@ -108,6 +109,7 @@ impl QRocmStorage {
             ),
         }
         .map_err(kernel_err(op))?;
+        self.note_blocks_read();
         Ok(Some(y))
     }
 }

@@ -609,7 +609,10 @@ impl Driver for AmdDriver {
         shared_mem_bytes: u32,
         stream: RawStream,
         params: *mut *mut c_void,
+        _overlap: bool,
     ) -> Result<()> {
+        // HIP has no overlapped (programmatic) launch on AMD: an ordinary launch, which keeps
+        // the stream's order and so meets every kernel's expectations.
         // SAFETY: the caller guarantees the function, the stream, the parameter array and
         // every pointer it leads to; `extra` is unused (null).
         unsafe {

@@ -325,12 +325,17 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// `function` is live.
     unsafe fn function_allow_dynamic_shared(&self, function: RawFunction, bytes: u32)
         -> Result<()>;
-    /// Launches a kernel.
+    /// Launches a kernel. With `overlap`, a driver that can (NVIDIA, compute capability 9.0+:
+    /// programmatic dependent launch) lets the kernel start before the previous kernel on
+    /// `stream` has finished; others launch it as usual.
     ///
     /// # Safety
     /// `function` is live; `params` points to one pointer per kernel parameter, each pointing at a
     /// value of exactly the parameter's type; every device pointer among them stays valid until
-    /// the kernel has finished; the kernel does not access memory out of bounds.
+    /// the kernel has finished; the kernel does not access memory out of bounds. With `overlap`,
+    /// every thread of the kernel waits for the previous kernels (`griddepcontrol.wait`) before
+    /// it writes memory or reads memory that the previous kernel writes.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn launch_kernel(
         &self,
         function: RawFunction,
@@ -339,6 +344,7 @@ pub(crate) trait Driver: Send + Sync + 'static {
         shared_mem_bytes: u32,
         stream: RawStream,
         params: *mut *mut c_void,
+        overlap: bool,
     ) -> Result<()>;
 
     /// Compiles `source` for `arch` (e.g. `gfx942`, `sm_90`) with run-time compilation and returns

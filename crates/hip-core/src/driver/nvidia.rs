@@ -17,7 +17,8 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys::{
     CUcontext, CUdevice, CUdevice_attribute, CUevent, CUevent_flags, CUfunction,
-    CUfunction_attribute, CUmodule, CUstream, CUstream_flags,
+    CUfunction_attribute, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue,
+    CUlaunchConfig, CUmodule, CUstream, CUstream_flags,
 };
 use parking_lot::Mutex;
 
@@ -606,7 +607,37 @@ impl Driver for NvidiaDriver {
         shared_mem_bytes: u32,
         s: RawStream,
         params: *mut *mut c_void,
+        overlap: bool,
     ) -> Result<()> {
+        if overlap && self.cu.cuLaunchKernelEx.f.is_some() {
+            let mut attribute = CUlaunchAttribute {
+                id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: CUlaunchAttributeValue { pad: [0; 64] },
+            };
+            attribute.value.programmaticStreamSerializationAllowed = 1;
+            let config = CUlaunchConfig {
+                gridDimX: grid[0],
+                gridDimY: grid[1],
+                gridDimZ: grid[2],
+                blockDimX: block[0],
+                blockDimY: block[1],
+                blockDimZ: block[2],
+                sharedMemBytes: shared_mem_bytes,
+                hStream: stream(s),
+                attrs: &mut attribute,
+                numAttrs: 1,
+            };
+            // SAFETY: as below; `config` and the attribute it points to outlive the call, and
+            // the caller guarantees that the kernel waits for the previous kernels before it
+            // touches what they write (the contract of an overlapped launch).
+            return unsafe {
+                call!(
+                    self.cu,
+                    cuLaunchKernelEx(&config, function.0.cast(), params, std::ptr::null_mut())
+                )
+            };
+        }
         // SAFETY: the caller guarantees that `function` and the stream are live and that
         // `params` matches the kernel's parameters; `extra` is unused (null).
         unsafe {

@@ -202,7 +202,40 @@ pub fn matvec_int_rounded<I: KernelDType>(
         (xq, xds),
         y,
         Epilogue::None,
+        false, // qmatvec_i8_* does not wait for the previous kernel
     )
+}
+
+/// The weight blocks of a staged product, and whether the launch may overlap the kernel queued
+/// just before it on the stream. The staged kernels load their first weights before they wait
+/// for that kernel (`rk_wait_previous`), so they may only overlap it when it does not write the
+/// blocks: an overlapped launch (NVIDIA sm_90+, see `hip_core::LaunchBuilder::overlap_previous`)
+/// then streams weights while that kernel still runs.
+#[derive(Clone, Copy)]
+pub struct StagedWeights<'s, 'a> {
+    /// The blocks: `n` rows of `k / QK` blocks each.
+    pub blocks: &'s DeviceSlice<'a, u8>,
+    /// `true` when the blocks were written before the last kernel now queued on the stream
+    /// (an uploaded or long-quantized weight), so that the launch may overlap that kernel.
+    pub written_earlier: bool,
+}
+
+impl<'s, 'a> StagedWeights<'s, 'a> {
+    /// Blocks that the kernel queued just before may have written: no overlap.
+    pub fn new(blocks: &'s DeviceSlice<'a, u8>) -> Self {
+        StagedWeights {
+            blocks,
+            written_earlier: false,
+        }
+    }
+
+    /// Blocks written before the last kernel now queued on the stream: the launch may overlap it.
+    pub fn written_earlier(blocks: &'s DeviceSlice<'a, u8>) -> Self {
+        StagedWeights {
+            blocks,
+            written_earlier: true,
+        }
+    }
 }
 
 /// The trailing argument of a product kernel: none (`qmatvec_i8_*`, the general staged
@@ -256,6 +289,7 @@ fn launch_rounded_product<I: KernelDType>(
     (xq, xds): (&DeviceSlice<'_, u8>, &DeviceSlice<'_, f32>),
     y: &mut DeviceSliceMut<'_, I>,
     epilogue: Epilogue<'_, '_, I>,
+    overlap: bool,
 ) -> Result<()> {
     epilogue.check(op, n)?;
     check_aligned(op, "the weight blocks", w.device_ptr())?;
@@ -264,6 +298,7 @@ fn launch_rounded_product<I: KernelDType>(
     let f = function(stream, MODULE, kernel)?;
     let builder = f
         .builder(stream, cfg)
+        .overlap_previous(overlap)
         .arg(u32_arg(op, "m", m)?)
         .arg(u32_arg(op, "n", n)?)
         .arg(u32_arg(op, "k", k)?)
@@ -338,7 +373,7 @@ pub fn prefers_matvec_int_staged(stream: &Stream, q: QuantType, m: usize, k: usi
 pub fn matvec_int_staged<I: KernelDType>(
     stream: &Stream,
     q: QuantType,
-    w: &DeviceSlice<'_, u8>,
+    w: StagedWeights<'_, '_>,
     (m, n, k): (usize, usize, usize),
     x: &DeviceSlice<'_, I>,
     y: &mut DeviceSliceMut<'_, I>,
@@ -357,7 +392,7 @@ pub fn matvec_int_staged<I: KernelDType>(
 pub fn matvec_int_staged_add<I: KernelDType>(
     stream: &Stream,
     q: QuantType,
-    w: &DeviceSlice<'_, u8>,
+    w: StagedWeights<'_, '_>,
     (n, k): (usize, usize),
     x: &DeviceSlice<'_, I>,
     residual: &DeviceSlice<'_, I>,
@@ -370,13 +405,14 @@ pub fn matvec_int_staged_add<I: KernelDType>(
 fn staged_product<I: KernelDType>(
     stream: &Stream,
     q: QuantType,
-    w: &DeviceSlice<'_, u8>,
+    weights: StagedWeights<'_, '_>,
     (m, n, k): (usize, usize, usize),
     x: &DeviceSlice<'_, I>,
     y: &mut DeviceSliceMut<'_, I>,
     epilogue: Epilogue<'_, '_, I>,
 ) -> Result<()> {
     let op = "qmatvec (staged)";
+    let w = weights.blocks;
     epilogue.check(op, n)?;
     check_float::<I>(op, FLOAT_REASON)?;
     check_int_type(q)?;
@@ -390,6 +426,7 @@ fn staged_product<I: KernelDType>(
     let (f, cfg) = staged_kernel::<I>(stream, op, q, (m, n, k), &kernel, w, x.device_ptr())?;
     let builder = f
         .builder(stream, cfg)
+        .overlap_previous(weights.written_earlier)
         .arg(u32_arg(op, "m", m)?)
         .arg(u32_arg(op, "n", n)?)
         .arg(u32_arg(op, "k", k)?)
@@ -414,7 +451,7 @@ fn staged_product<I: KernelDType>(
 pub fn matvec_int_staged_rounded<I: KernelDType>(
     stream: &Stream,
     q: QuantType,
-    w: &DeviceSlice<'_, u8>,
+    w: StagedWeights<'_, '_>,
     (m, n, k): (usize, usize, usize),
     xq: &DeviceSlice<'_, u8>,
     xds: &DeviceSlice<'_, f32>,
@@ -429,7 +466,7 @@ pub fn matvec_int_staged_rounded<I: KernelDType>(
 pub fn matvec_int_staged_rounded_add<I: KernelDType>(
     stream: &Stream,
     q: QuantType,
-    w: &DeviceSlice<'_, u8>,
+    w: StagedWeights<'_, '_>,
     (n, k): (usize, usize),
     xq: &DeviceSlice<'_, u8>,
     xds: &DeviceSlice<'_, f32>,
@@ -443,13 +480,14 @@ pub fn matvec_int_staged_rounded_add<I: KernelDType>(
 fn staged_rounded_product<I: KernelDType>(
     stream: &Stream,
     q: QuantType,
-    w: &DeviceSlice<'_, u8>,
+    weights: StagedWeights<'_, '_>,
     (m, n, k): (usize, usize, usize),
     (xq, xds): (&DeviceSlice<'_, u8>, &DeviceSlice<'_, f32>),
     y: &mut DeviceSliceMut<'_, I>,
     residual: Option<&DeviceSlice<'_, I>>,
 ) -> Result<()> {
     let op = "qmatvec (staged, rounded activations)";
+    let w = weights.blocks;
     if m != 1 {
         return Err(layout_err(
             op,
@@ -473,6 +511,7 @@ fn staged_rounded_product<I: KernelDType>(
         (xq, xds),
         y,
         epilogue,
+        weights.written_earlier,
     )
 }
 
@@ -502,12 +541,13 @@ pub struct NormedRow<'s, 'a, I: KernelDType> {
 pub fn matvec_int_staged_normed<I: KernelDType>(
     stream: &Stream,
     q: QuantType,
-    w: &DeviceSlice<'_, u8>,
+    weights: StagedWeights<'_, '_>,
     (n, k): (usize, usize),
     row: NormedRow<'_, '_, I>,
     y: &mut DeviceSliceMut<'_, I>,
 ) -> Result<()> {
     let op = "qmatvec (staged, residual add and rms_norm)";
+    let w = weights.blocks;
     check_float::<I>(op, FLOAT_REASON)?;
     check_int_type(q)?;
     check_matvec_shapes(op, q, w, (1, n, k), row.x.len(), y.len())?;
@@ -542,6 +582,7 @@ pub fn matvec_int_staged_normed<I: KernelDType>(
     }
     let builder = f
         .builder(stream, cfg)
+        .overlap_previous(weights.written_earlier)
         .arg(u32_arg(op, "n", n)?)
         .arg(u32_arg(op, "k", k)?)
         .arg(*w)
@@ -610,8 +651,10 @@ pub fn swiglu_rounded<I: KernelDType>(
         groups.div_ceil(QUANTIZE_BLOCK as usize),
         QUANTIZE_BLOCK,
     )?;
+    // The kernel waits for the previous kernels before touching memory (rk_overlapped_entry).
     let builder = f
         .builder(stream, cfg)
+        .overlap_previous(true)
         .arg(u32_arg(op, "groups", groups)?)
         .arg(u32_arg(op, "half", half)?)
         .arg(*src)

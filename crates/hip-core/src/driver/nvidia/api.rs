@@ -17,7 +17,7 @@ use std::ffi::{c_char, c_int, c_uchar, c_uint, c_void, CStr};
 
 use cudarc::driver::sys::{
     CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUfunction,
-    CUfunction_attribute, CUmodule, CUresult, CUstream,
+    CUfunction_attribute, CUlaunchConfig, CUmodule, CUresult, CUstream,
 };
 use cudarc::nvrtc::sys::{nvrtcProgram, nvrtcResult};
 
@@ -200,6 +200,9 @@ fn_table! {
             *mut *mut c_void,
             *mut *mut c_void,
         ) -> CuStatus;
+        // CUDA 12.0+: launches with attributes (overlapped launches).
+        cuLaunchKernelEx: fn(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void)
+            -> CuStatus;
     }
 }
 
