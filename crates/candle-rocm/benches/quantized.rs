@@ -3,7 +3,9 @@
 //! * `qmatvec_14336x4096_{type}`: one activation row (f32) times a 14336 x 4096 weight of
 //!   Q4_0, Q4K, Q6K and Q8_0, throughput = the quantized weight bytes read, by the default
 //!   8-bit-activation kernel (`candle_rocm_qmatvec`, activation rounding included) and the float
-//!   kernel (`candle_rocm_qmatvec_float`); beside
+//!   kernel (`candle_rocm_qmatvec_float`); `candle_rocm_qmatvec_rotated`: the default kernel
+//!   reading a different copy of the weights each launch (copies enough to exceed twice the
+//!   H100's 50 MB L2, so that no launch finds its weights there); beside
 //!   `reference_copy`, a device-to-device copy of a buffer of the same size (throughput = bytes
 //!   read + bytes written, the usual copy-bandwidth convention);
 //! * `qprefill_512x4096x14336_{type}`: 512 f16 activation rows times the same weights
@@ -97,6 +99,19 @@ fn qmatvec(c: &mut Criterion) {
             });
         }
         dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
+        let copies: Vec<QRocmStorage> = (0..(100usize << 20).div_ceil(bytes).max(2))
+            .map(|_| weights(&dev, dtype))
+            .collect();
+        let mut next = 0usize;
+        g.bench_function("candle_rocm_qmatvec_rotated", |b| {
+            b.iter_custom(|it| {
+                gpu_time(&dev, it, || {
+                    next = (next + 1) % copies.len();
+                    std::hint::black_box(copies[next].matmul_t(&wshape, &x, &xl).unwrap());
+                })
+            })
+        });
+        drop(copies);
         g.finish();
     }
 }
