@@ -139,23 +139,25 @@ pub struct QRocmStorage {
 }
 
 impl QRocmStorage {
-    /// The blocks (`view` of them) as a staged product's weights: the launch may overlap the
-    /// kernel before it once a product has read them in stream order ([`Self::note_blocks_read`]).
-    pub(crate) fn staged_weights<'s, 'a>(
+    /// Queues a staged product that reads `view` of the blocks: `launch` gets them as the
+    /// product's [`qk::StagedWeights`] (the launch may overlap the kernel before it once a
+    /// product has read the blocks in stream order, since that kernel cannot have written them),
+    /// and once it has queued the product the blocks count as read. Errors name `op`.
+    pub(crate) fn launch_staged<'s, 'a>(
         &self,
+        op: &str,
         view: &'s DeviceSlice<'a, u8>,
-    ) -> qk::StagedWeights<'s, 'a> {
-        if self.blocks_settled.load(Ordering::Relaxed) {
+        launch: impl FnOnce(qk::StagedWeights<'s, 'a>) -> rocm_kernels::error::Result<()>,
+    ) -> Result<()> {
+        let weights = if self.blocks_settled.load(Ordering::Relaxed) {
             qk::StagedWeights::written_earlier(view)
         } else {
             qk::StagedWeights::new(view)
-        }
-    }
-
-    /// Records that a launch queued on the device's stream has read the blocks (in stream order,
-    /// after whatever wrote them).
-    pub(crate) fn note_blocks_read(&self) {
+        };
+        launch(weights).map_err(kernel_err(op))?;
+        // Queued on the device's stream, after whatever wrote the blocks.
         self.blocks_settled.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Zero-filled blocks for `elem_count` elements (a multiple of the block size).
@@ -479,8 +481,7 @@ impl QRocmStorage {
                     let rounded = key
                         .filter(|_| m == 1)
                         .and_then(|key| dev.rounded_activations(&key));
-                    let weights = self.staged_weights(&w);
-                    match rounded {
+                    self.launch_staged(op, &w, |weights| match rounded {
                         Some(r) => qk::matvec_int_staged_rounded(
                             dev.stream(),
                             q,
@@ -498,9 +499,7 @@ impl QRocmStorage {
                             &xs,
                             &mut out.as_mut_slice(),
                         ),
-                    }
-                    .map_err(kernel_err(op))?;
-                    self.note_blocks_read();
+                    })?;
                 } else if q.has_int_matvec() && kind.rounds_activations() {
                     let rounded = match key.and_then(|key| dev.rounded_activations(&key)) {
                         Some(rounded) => rounded,

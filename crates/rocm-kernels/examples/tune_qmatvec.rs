@@ -9,7 +9,8 @@
 //! cargo run --release -p rocm-kernels --no-default-features --example tune_qmatvec -- [ROWS N K [TYPE]]
 //! ```
 //! Prints one line per (type, configuration, blocks per multiprocessor); the committed defaults
-//! are the configuration named `default`. `TYPE` (`q4k`, `q6k`, ...) limits the run to one type.
+//! are the configuration named `default`; `TUNE_CONFIGS=default,depth2` limits the run to those
+//! configurations. `TYPE` (`q4k`, `q6k`, ...) limits the run to one type.
 //! Consecutive launches read different copies of the weights (at least 256 MiB in all), so
 //! that every launch streams its weights from memory, as a model's layers do, rather than
 //! from the L2 cache that a 10 MB weight would otherwise stay in.
@@ -56,11 +57,13 @@ fn random_blocks(q: QuantType, n: usize, k: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-/// Compile-time parameter sets: (name, `NAME=VALUE` defines separated by spaces).
+/// Compile-time parameter sets: (name, `NAME=VALUE` defines separated by spaces); the
+/// environment variable `TUNE_CONFIGS` (names separated by commas) keeps only those named.
 fn configs() -> Vec<(&'static str, &'static str)> {
-    vec![
+    let all = vec![
         ("default", ""),
         ("depth2", "QS_DEPTH=2"),
+        ("depth3", "QS_DEPTH=3"),
         ("round_batch16", "QS_ROUND_BATCH=16"),
         ("parts2", "QS_P_32=2 QS_P_Q5K=8 QS_P_Q6K=8"),
         ("q6k_parts16", "QS_P_Q6K=16"),
@@ -70,7 +73,16 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("min_blocks3", "QS_MIN_BLOCKS=3"),
         ("teams4", "QS_TEAMS=4"),
         ("k_parts4", "QS_P_K=4"),
-    ]
+    ];
+    match std::env::var("TUNE_CONFIGS") {
+        Ok(names) => {
+            let keep: Vec<&str> = names.split(',').map(str::trim).collect();
+            all.into_iter()
+                .filter(|(name, _)| keep.contains(name))
+                .collect()
+        }
+        Err(_) => all,
+    }
 }
 
 /// `QS_TEAMS` of a configuration.
@@ -276,7 +288,8 @@ fn main() -> Result<(), Box<dyn Error>> {
                 a.local_size_bytes
             );
             let sb = stage_blocks(defines, q);
-            let act = (m * k + m * (k / 32) * 8).div_ceil(16) * 16;
+            // The activations padded by at most 32 bytes per 128 (`qs_arow`).
+            let act = (m * (k + 32 * k.div_ceil(128)) + m * (k / 32) * 8).div_ceil(16) * 16;
             let shared = act + teams * (sb * q.block_bytes() + 14).div_ceil(16) * 16;
             if shared > d.properties().shared_memory_per_block {
                 println!("{:5} {name}: {shared} shared bytes do not fit", q.name());

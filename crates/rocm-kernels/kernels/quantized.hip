@@ -648,6 +648,10 @@ __device__ __forceinline__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u
 // reads a part's weights into registers, unpacked to signed bytes, `dot(W, q, ds, part)` gives
 // its share of the block's product with activations q (the block's first element) and ds (its
 // first 32-element activation block); the shares of a block's parts sum to the block's product.
+// `dot<HP>` reads activations laid out with HP bytes of padding after every 128 (see
+// qs_apad: the staged kernel's shared-memory copy, padded by the type's SPAD so that the lanes
+// of one load instruction read distinct shared-memory banks); 256-element blocks then have HP
+// bytes between their halves, and the caller's q already counts the padding before the block.
 // Two iterations of a lane's item loop in flight (measured on an H100: 1, 2 and 4 tried).
 #ifndef QI_UNROLL_PRAGMA
 #define QI_UNROLL_PRAGMA _Pragma("unroll 2")
@@ -725,7 +729,7 @@ __device__ __forceinline__ int qi_sub32(u32 v) { return (int)(((v | 0x80808080u)
 
 // q4_0: part p holds qs ints p * NI .. (4 bytes = 4 low-nibble and 4 high-nibble values).
 template <int P> struct qi_q4_0 {
-    enum { QK = 32, BYTES = 18, PARTS = P, NI = 4 / P };
+    enum { QK = 32, BYTES = 18, PARTS = P, NI = 4 / P, SPAD = 16 };
     struct W { float d; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         w.d = qk_f16(b);
@@ -737,6 +741,7 @@ template <int P> struct qi_q4_0 {
             w.hi[i] = (int)(((u32)v[i] >> 4) & 0x0F0F0F0Fu);
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         int xl[NI], xh[NI];
         qi_xs<NI>(q, 4 * part * NI, xl);
@@ -753,7 +758,7 @@ template <int P> struct qi_q4_0 {
 };
 
 template <int P> struct qi_q4_1 {
-    enum { QK = 32, BYTES = 20, PARTS = P, NI = 4 / P };
+    enum { QK = 32, BYTES = 20, PARTS = P, NI = 4 / P, SPAD = 16 };
     struct W { float d, m; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         w.d = qk_f16(b);
@@ -765,6 +770,7 @@ template <int P> struct qi_q4_1 {
             w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu);
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         int xl[NI], xh[NI];
         qi_xs<NI>(q, 4 * part * NI, xl);
@@ -781,7 +787,7 @@ template <int P> struct qi_q4_1 {
 };
 
 template <int P> struct qi_q5_0 {
-    enum { QK = 32, BYTES = 22, PARTS = P, NI = 4 / P };
+    enum { QK = 32, BYTES = 22, PARTS = P, NI = 4 / P, SPAD = 16 };
     struct W { float d; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         w.d = qk_f16(b);
@@ -797,6 +803,7 @@ template <int P> struct qi_q5_0 {
             w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu) | qi_spread4((qh >> (16 + j)) & 0xFu);
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         int xl[NI], xh[NI];
         qi_xs<NI>(q, 4 * part * NI, xl);
@@ -813,7 +820,7 @@ template <int P> struct qi_q5_0 {
 };
 
 template <int P> struct qi_q5_1 {
-    enum { QK = 32, BYTES = 24, PARTS = P, NI = 4 / P };
+    enum { QK = 32, BYTES = 24, PARTS = P, NI = 4 / P, SPAD = 16 };
     struct W { float d, m; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         w.d = qk_f16(b);
@@ -827,6 +834,7 @@ template <int P> struct qi_q5_1 {
             w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu) | qi_spread4((qh >> (16 + j)) & 0xFu);
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         int xl[NI], xh[NI];
         qi_xs<NI>(q, 4 * part * NI, xl);
@@ -844,7 +852,7 @@ template <int P> struct qi_q5_1 {
 
 // q8_0 and q8_1 weights: 8 qs ints (at byte OFF of the block), NI = 8 / P per part.
 template <int P, int BYTES_, int OFF, bool A4> struct qi_q8 {
-    enum { QK = 32, BYTES = BYTES_, PARTS = P, NI = 8 / P };
+    enum { QK = 32, BYTES = BYTES_, PARTS = P, NI = 8 / P, SPAD = 16 };
     struct W { float d; int v[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         w.d = qk_f16(b);
@@ -855,6 +863,7 @@ template <int P, int BYTES_, int OFF, bool A4> struct qi_q8 {
             qi_words<NI>(b + OFF + 4 * part * NI, w.v);
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         int x[NI];
         qi_xs<NI>(q, 4 * part * NI, x);
@@ -887,7 +896,7 @@ __device__ __forceinline__ void qi_scales_k4(const u8* s, int c, float* sc, floa
 // (BP = 128 / P bytes, offset l0 in the pair's 32): low nibbles are sub-block 2c, elements
 // 64c + l0 + .., high nibbles sub-block 2c + 1, elements 64c + 32 + l0 + ...
 template <int P, bool HB> struct qi_qk45 {
-    enum { QK = 256, BYTES = HB ? 176 : 144, PARTS = P, BP = 128 / P, NI = BP / 4 };
+    enum { QK = 256, BYTES = HB ? 176 : 144, PARTS = P, BP = 128 / P, NI = BP / 4, SPAD = HB ? 16 : 32 };
     static_assert(NI % 4 == 0, "whole 16-byte loads");
     struct W { float d, dmin, sc[2], mn[2]; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
@@ -912,14 +921,15 @@ template <int P, bool HB> struct qi_qk45 {
             }
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         const int c = part * BP / 32, l0 = part * BP % 32;
         int slo = 0, shi = 0;
 #pragma unroll
         for (int i = 0; i < NI; i += 4) {
             // 16 activation bytes per load (the offsets are multiples of 16).
-            const int4 xl = *(const int4*)(q + 64 * c + l0 + 4 * i);
-            const int4 xh = *(const int4*)(q + 64 * c + 32 + l0 + 4 * i);
+            const int4 xl = *(const int4*)(q + 64 * c + HP * (c >> 1) + l0 + 4 * i);
+            const int4 xh = *(const int4*)(q + 64 * c + HP * (c >> 1) + 32 + l0 + 4 * i);
             slo = qi_dot4(w.lo[i], xl.x, slo);
             slo = qi_dot4(w.lo[i + 1], xl.y, slo);
             slo = qi_dot4(w.lo[i + 2], xl.z, slo);
@@ -949,7 +959,7 @@ __device__ __forceinline__ u32 qi_byte12(u32 w0, u32 w1, u32 w2, int b) {
 // 128 h + 32 j + l): quants from qs bytes 32 h + l (bits 2j, 2j + 1), scale index 8 h + 2 j +
 // l0 / 16.
 template <int P> struct qi_q2k {
-    enum { QK = 256, BYTES = 84, PARTS = P, LP = 64 / P, NI = LP / 4 };
+    enum { QK = 256, BYTES = 84, PARTS = P, LP = 64 / P, NI = LP / 4, SPAD = 32 };
     static_assert(LP <= 16, "a part stays inside one 16-element scale group");
     struct W { float d, dmin; float sc[4], mn[4]; int v[4][NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
@@ -969,13 +979,14 @@ template <int P> struct qi_q2k {
             for (int j = 0; j < 4; ++j) w.v[j][i] = (int)((q >> (2 * j)) & 0x03030303u);
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
         float acc = 0.0f, mins = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             int s = 0, sx = 0, x[NI];
-            qi_xs<NI>(q, 128 * h + 32 * j + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
+            qi_xs<NI>(q, (128 + HP) * h + 32 * j + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
 #pragma unroll
             for (int i = 0; i < NI; ++i) {
                 s = qi_dot4(w.v[j][i], x[i], s);
@@ -990,7 +1001,7 @@ template <int P> struct qi_q2k {
 };
 
 template <int P> struct qi_q3k {
-    enum { QK = 256, BYTES = 110, PARTS = P, LP = 64 / P, NI = LP / 4 };
+    enum { QK = 256, BYTES = 110, PARTS = P, LP = 64 / P, NI = LP / 4, SPAD = 32 };
     static_assert(LP <= 16, "a part stays inside one 16-element scale group");
     struct W { float d; float sc[4]; int v[4][NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
@@ -1021,13 +1032,14 @@ template <int P> struct qi_q3k {
             }
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             int s = 0, x[NI];
-            qi_xs<NI>(q, 128 * h + 32 * j + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
+            qi_xs<NI>(q, (128 + HP) * h + 32 * j + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
 #pragma unroll
             for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[j][i], x[i], s);
             acc += w.sc[j] * ds[4 * h + j].x * (float)s;
@@ -1040,7 +1052,7 @@ template <int P> struct qi_q3k {
 // LP (LP = 64 / P) of each of its four 32-element rows i: ql bytes 64 nh + l (rows 0, 2) and
 // 64 nh + 32 + l (rows 1, 3), qh bytes 128 + 32 nh + l, scales 192 + 8 nh + l0 / 16 + 2 i.
 template <int P> struct qi_q6k {
-    enum { QK = 256, BYTES = 210, PARTS = P, LP = 64 / P, NI = LP / 4 };
+    enum { QK = 256, BYTES = 210, PARTS = P, LP = 64 / P, NI = LP / 4, SPAD = 32 };
     // A part's LP elements of a row share one scale (16 elements each): 4 to 16 parts.
     static_assert(P == 4 || P == 8 || P == 16, "q6k parts: 4, 8 or 16");
     struct W { float d; float sc[4]; int v[4][NI]; };
@@ -1067,13 +1079,14 @@ template <int P> struct qi_q6k {
             w.v[3][i] = qi_sub32(((lb >> 4) & 0x0F0F0F0Fu) | (((h >> 6) & 0x03030303u) << 4));
         }
     }
+    template <int HP = 0>
     static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
         const int nh = part / (P / 2), l0 = (part % (P / 2)) * LP;
         int s[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             int x[NI];
-            qi_xs<NI>(q, 128 * nh + 32 * r + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
+            qi_xs<NI>(q, (128 + HP) * nh + 32 * r + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
 #pragma unroll
             for (int i = 0; i < NI; ++i) s[r] = qi_dot4(w.v[r][i], x[i], s[r]);
         }
@@ -1273,7 +1286,7 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 //
 // qmatvec_s8_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const I* x, I* y),
 // qmatvec_s8_m1_{Q}_{I} (the same arguments and `const I* add`, m = 1 only: the decode step's
-//     product; add, when not null, a residual added to the outputs: see qs_norm_args), and
+//     product; add, when not null, a residual added to the outputs: see qs_row_args), and
 // qmatvec_s8r_m1_{Q}_{I}(u32 m, u32 n, u32 k, const u8* w, const i8* xq, const float2* xds, I* y,
 //     const I* add) (m = 1, the activations already rounded by quantize_q8x or swiglu_q8x:
 //     copied into shared memory instead of rounded there; xq and xds 16-byte aligned), and
@@ -1290,7 +1303,7 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 //     block size: 18-, 34- and 210-byte blocks allow only 2-byte loads in place), holds the
 //     next QS_DEPTH stages in registers while it computes the current one from shared memory, and the
 //     lanes take the stage's (block, part) items as qmatvec_i8's do.
-//     Dynamic shared memory: qs_act_bytes(m, k) + QS_TEAMS * stage capacity (the wrapper's
+//     Dynamic shared memory: qs_act_bytes<Q::SPAD>(m, k) + QS_TEAMS * stage capacity (the wrapper's
 //     `staged_shared_bytes`); grid: any number of blocks of QS_TEAMS * 32 threads (persistent:
 //     the wrapper launches a few per multiprocessor). w is 16-byte aligned, x too.
 #ifndef QS_TEAMS
@@ -1329,9 +1342,21 @@ __device__ __forceinline__ uint4 qs_load16(const u8* p, const u8* end) {
     return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
-// Shared bytes of m rounded activation rows of k: the signed bytes, then the (d, d * sum q)
-// pairs, rounded up to 16.
-__device__ __forceinline__ u32 qs_act_bytes(u32 m, u32 k) { return (m * k + m * (k / 32) * 8 + 15) / 16 * 16; }
+// The rounded activations in shared memory have SPAD bytes of padding after every 128 (the
+// weight type's SPAD, 16 or 32): without it the lanes of one 16-byte load read activation bytes
+// 128 apart (a q6k part's two halves, q4k's sub-blocks 0-3 and 4-7, 32-element blocks 4 apart),
+// which share banks; measured on an H200 before the padding, 59% (q6k) and 24% (q4k) of the
+// staged product's shared-memory wavefronts were such conflicts.
+// Bytes one padded row of k activations takes.
+template <int SPAD> __device__ __forceinline__ u32 qs_arow(u32 k) { return k + SPAD * ((k + 127) / 128); }
+// Where activation byte c of a row lies in its padded row.
+template <int SPAD> __device__ __forceinline__ u32 qs_apad(u32 c) { return c + SPAD * (c / 128); }
+// Shared bytes of m rounded activation rows of k: the padded signed bytes, then the (d, d * sum
+// q) pairs, rounded up to 16. (The wrapper's `staged_shared_bytes` allows for 32 bytes of
+// padding per 128 whatever the type.)
+template <int SPAD> __device__ __forceinline__ u32 qs_act_bytes(u32 m, u32 k) {
+    return (m * qs_arow<SPAD>(k) + m * (k / 32) * 8 + 15) / 16 * 16;
+}
 
 template <typename Q, int SB> struct qs_stage {
     // A stage's bytes start at most 14 bytes past a 16-byte boundary (blocks have even sizes).
@@ -1348,11 +1373,12 @@ template <typename Q, int SB> struct qs_stage {
 #define QS_SRC_ROUNDED 1
 #define QS_SRC_NORM 2
 
-// The residual add and rms_norm of a QS_SRC_NORM product: r the residual (null: the norm of x
-// alone), alpha the norm's weights, sum the output of x + r (null without r; written by block 0).
-// `add` (any m = 1 product; null: none): a residual added to the outputs, y[c] = round(round(x
-// W^T)[c] + add[c]), the bits of the product followed by candle's `add`.
-template <typename I> struct qs_norm_args {
+// The one-row (m = 1) products' extra operands. The residual add and rms_norm of a QS_SRC_NORM
+// product's prologue: r the residual (null: the norm of x alone), alpha the norm's weights, sum
+// the output of x + r (null without r; written by block 0). The epilogue's `add` (any m = 1
+// product; null: none): a residual added to the outputs, y[c] = round(round(x W^T)[c] + add[c]),
+// the bits of the product followed by candle's `add`.
+template <typename I> struct qs_row_args {
     const I* r;
     const I* alpha;
     float eps;
@@ -1377,14 +1403,14 @@ __device__ __forceinline__ void qi_store4(f16* p, const float* v) { qi_store4_ha
 __device__ __forceinline__ void qi_store4(bf16* p, const float* v) { qi_store4_half(p, v); }
 
 // The QS_SRC_NORM prologue: one row of k, s = x + r rounded to I (s = x without r; block 0 writes
-// s to nm.sum), then s * (1 / sqrt(mean(s^2) + eps)) * alpha rounded to I, rounded into shared
+// s to extra.sum), then s * (1 / sqrt(mean(s^2) + eps)) * alpha rounded to I, rounded into shared
 // memory as quantize_q8x rounds it. The arithmetic of nn.hip's add_rms_norm / rms_norm, except
 // that the squares are summed in another order (the norm's last bits may differ). Where the
 // row is one batch (k <= 4 QS_ROUND_BATCH blockDim.x) its sums stay in registers between the
 // two passes; longer rows are read again. Every lane runs every iteration (the rounding's
 // shuffles need whole 8-lane groups).
-template <typename I>
-__device__ __forceinline__ void qs_norm_round(u32 k, const I* x, const qs_norm_args<I>& nm,
+template <typename I, int SPAD>
+__device__ __forceinline__ void qs_norm_round(u32 k, const I* x, const qs_row_args<I>& extra,
                                               signed char* aq, float2* ads) {
     __shared__ float team_sums[QS_TEAMS];
     const u32 groups = k / 4, bd = blockDim.x, batch = QS_ROUND_BATCH * bd;
@@ -1399,14 +1425,14 @@ __device__ __forceinline__ void qs_norm_round(u32 k, const I* x, const qs_norm_a
             for (int t = 0; t < 4; ++t) v[b][t] = a[b][t] = 0.0f;
             if (g < groups) {
                 qi_load4(x + (u64)g * 4, v[b]);
-                if (nm.r != nullptr) {
+                if (extra.r != nullptr) {
                     float rv[4];
-                    qi_load4(nm.r + (u64)g * 4, rv);
+                    qi_load4(extra.r + (u64)g * 4, rv);
 #pragma unroll
                     for (int t = 0; t < 4; ++t)
                         v[b][t] = rk_to_compute(rk_from_compute<I>(v[b][t] + rv[t]));
                 }
-                if (with_alpha) qi_load4(nm.alpha + (u64)g * 4, a[b]);
+                if (with_alpha) qi_load4(extra.alpha + (u64)g * 4, a[b]);
             }
         }
     };
@@ -1418,7 +1444,7 @@ __device__ __forceinline__ void qs_norm_round(u32 k, const I* x, const qs_norm_a
 #pragma unroll
             for (int t = 0; t < 4; ++t) ss += v[b][t] * v[b][t];
             const u32 g = g0 + b * bd + threadIdx.x;
-            if (nm.sum != nullptr && blockIdx.x == 0 && g < groups) qi_store4(nm.sum + (u64)g * 4, v[b]);
+            if (extra.sum != nullptr && blockIdx.x == 0 && g < groups) qi_store4(extra.sum + (u64)g * 4, v[b]);
         }
     }
     ss = qk_team_sum(ss);
@@ -1427,7 +1453,7 @@ __device__ __forceinline__ void qs_norm_round(u32 k, const I* x, const qs_norm_a
     float total = 0.0f;
 #pragma unroll
     for (int t = 0; t < QS_TEAMS; ++t) total += team_sums[t];
-    const float inv = 1.0f / rk_sqrt(total / (float)k + nm.eps);
+    const float inv = 1.0f / rk_sqrt(total / (float)k + extra.eps);
     for (u32 g0 = 0; g0 < groups; g0 += batch) {
         if (!held) load(g0, true);
 #pragma unroll
@@ -1440,7 +1466,7 @@ __device__ __forceinline__ void qs_norm_round(u32 k, const I* x, const qs_norm_a
             float2 f;
             qi_round4(o, packed, f);
             if (g < groups) {
-                ((int*)aq)[g] = packed;
+                *(int*)(aq + qs_apad<SPAD>(4 * g)) = packed;
                 if ((g & 7) == 0) ads[g / 8] = f;
             }
         }
@@ -1449,20 +1475,28 @@ __device__ __forceinline__ void qs_norm_round(u32 k, const I* x, const qs_norm_a
 
 // MAXM: the most activation rows the instantiation takes (1 for the decode kernels, whose
 // loops and addresses then serve one row only; QK_MAX_M otherwise).
-// SRC: where the activations come from (QS_SRC_*); nm is read for QS_SRC_NORM only.
+// SRC: where the activations come from (QS_SRC_*); extra's norm operands are read for QS_SRC_NORM
+// only, its `add` by every one-row product.
 template <typename Q, typename I, int SB, int DEPTH, int MAXM, int SRC>
 __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, const I* x,
                                           const signed char* xq, const float2* xds,
-                                          const qs_norm_args<I>& nm, I* y) {
+                                          const qs_row_args<I>& extra, I* y) {
     static_assert(SRC != QS_SRC_NORM || MAXM == 1, "the norm prologue takes one row");
     typedef qs_stage<Q, SB> S;
     static_assert(DEPTH >= 1, "at least one stage in flight");
     if (MAXM == 1) m = 1;
     extern __shared__ __attribute__((aligned(16))) u8 qs_smem[];
     const int lane = (int)(threadIdx.x % QK_TEAM), team = (int)(threadIdx.x / QK_TEAM);
+    // The activations, padded (see qs_apad): byte e of the m rows of k lies at act_at(e).
+    enum { SP = Q::SPAD };
+    const u32 arow = qs_arow<SP>(k);
     signed char* aq = (signed char*)qs_smem;
-    float2* ads = (float2*)(qs_smem + m * k);
-    u8* stage = qs_smem + qs_act_bytes(m, k) + team * S::CAP;
+    auto act_at = [&](u32 e) {
+        const u32 r = MAXM == 1 ? 0u : e / k;
+        return aq + r * arow + qs_apad<SP>(e - r * k);
+    };
+    float2* ads = (float2*)(qs_smem + m * arow);
+    u8* stage = qs_smem + qs_act_bytes<SP>(m, k) + team * S::CAP;
     const u32 bpr = k / Q::QK, stages = (bpr + SB - 1) / SB;
     const u64 row_bytes = (u64)bpr * Q::BYTES;
     const u8* w_end = w + (u64)n * row_bytes;
@@ -1518,24 +1552,26 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     rk_release_next();
 
     if (SRC == QS_SRC_NORM) {
-        qs_norm_round<I>(k, x, nm, aq, ads);
+        qs_norm_round<I, SP>(k, x, extra, aq, ads);
     } else if (SRC == QS_SRC_ROUNDED) {
         // The rounded activations, copied: m k bytes (a multiple of 16) and m k / 32 pairs, 4
         // pieces a thread loaded before any is stored (their loads in flight together; named
         // values, not an array, which AMD's compiler put in scratch).
         const u32 pieces = m * k / 16, pairs = m * k / 32, bd = blockDim.x;
         const uint4* src = (const uint4*)xq;
-        uint4* dst = (uint4*)aq;
+        // Piece i's place in the padded rows (a piece never straddles a row or a pad: k and 128
+        // are multiples of 16).
+        auto dst = [&](u32 i) { return (uint4*)act_at(16 * i); };
         const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
         for (u32 i = threadIdx.x; i < pieces; i += 4 * bd) {
             const uint4 a = src[i];
             const uint4 b = i + bd < pieces ? src[i + bd] : zero;
             const uint4 c = i + 2 * bd < pieces ? src[i + 2 * bd] : zero;
             const uint4 e = i + 3 * bd < pieces ? src[i + 3 * bd] : zero;
-            dst[i] = a;
-            if (i + bd < pieces) dst[i + bd] = b;
-            if (i + 2 * bd < pieces) dst[i + 2 * bd] = c;
-            if (i + 3 * bd < pieces) dst[i + 3 * bd] = e;
+            *dst(i) = a;
+            if (i + bd < pieces) *dst(i + bd) = b;
+            if (i + 2 * bd < pieces) *dst(i + 2 * bd) = c;
+            if (i + 3 * bd < pieces) *dst(i + 3 * bd) = e;
         }
         for (u32 i = threadIdx.x; i < pairs; i += bd) ads[i] = xds[i];
     } else {
@@ -1558,7 +1594,7 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                 float2 f;
                 qi_round4(v[b], packed, f);
                 if (g < groups) {
-                    ((int*)aq)[g] = packed;
+                    *(int*)act_at(4 * g) = packed;
                     if ((g & 7) == 0) ads[g / 8] = f;
                 }
             }
@@ -1595,9 +1631,9 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 #pragma unroll
                 for (u32 r = 0; r < MAXM; ++r) {
                     if (r < m) {
-                        const signed char* q = aq + r * k + (blk0 + blk) * Q::QK;
+                        const signed char* q = aq + r * arow + qs_apad<SP>((blk0 + blk) * Q::QK);
                         const float2* ds = ads + r * (k / 32) + (blk0 + blk) * (Q::QK / 32);
-                        acc[r] += Q::dot(wv, q, ds, part);
+                        acc[r] += Q::template dot<SP>(wv, q, ds, part);
                     }
                 }
             }
@@ -1608,8 +1644,8 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                         const float t = qk_team_sum(acc[r]);
                         if (lane == 0) {
                             I out = rk_from_compute<I>(t);
-                            if (MAXM == 1 && nm.add != nullptr)
-                                out = rk_from_compute<I>(rk_to_compute(out) + rk_to_compute(nm.add[cur_row]));
+                            if (MAXM == 1 && extra.add != nullptr)
+                                out = rk_from_compute<I>(rk_to_compute(out) + rk_to_compute(extra.add[cur_row]));
                             y[(u64)r * n + cur_row] = out;
                         }
                         acc[r] = 0.0f;
@@ -1643,14 +1679,14 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
         qmatvec_s8_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,           \
                                      ITYPE* y) {                                                 \
         qs_matvec<QTYPE, ITYPE, SB, DEPTH, QK_MAX_M, QS_SRC_X>(m, n, k, w, x, nullptr, nullptr,  \
-                                                               qs_norm_args<ITYPE>{}, y);        \
+                                                               qs_row_args<ITYPE>{}, y);        \
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w, const ITYPE* x,        \
                                         ITYPE* y, const ITYPE* add) {                            \
         qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_X>(                                         \
             m, n, k, w, x, nullptr, nullptr,                                                     \
-            qs_norm_args<ITYPE>{nullptr, nullptr, 0.0f, nullptr, add}, y);                       \
+            qs_row_args<ITYPE>{nullptr, nullptr, 0.0f, nullptr, add}, y);                       \
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8r_m1_##QNAME##_##INAME(u32 m, u32 n, u32 k, const u8* w,                       \
@@ -1658,14 +1694,14 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                                          const ITYPE* add) {                                     \
         qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_ROUNDED>(                                   \
             m, n, k, w, nullptr, xq, xds,                                                        \
-            qs_norm_args<ITYPE>{nullptr, nullptr, 0.0f, nullptr, add}, y);                       \
+            qs_row_args<ITYPE>{nullptr, nullptr, 0.0f, nullptr, add}, y);                       \
     }                                                                                            \
     RK_KERNEL void QS_BOUNDS                                                                     \
         qmatvec_s8n_m1_##QNAME##_##INAME(u32 n, u32 k, const u8* w, const ITYPE* x,              \
                                          const ITYPE* r, const ITYPE* alpha, float eps,          \
                                          ITYPE* sum, ITYPE* y) {                                 \
         qs_matvec<QTYPE, ITYPE, SB, DEPTH, 1, QS_SRC_NORM>(1, n, k, w, x, nullptr, nullptr,      \
-                                                           qs_norm_args<ITYPE>{r, alpha, eps,    \
+                                                           qs_row_args<ITYPE>{r, alpha, eps,    \
                                                                                sum, nullptr},    \
                                                            y);                                   \
     }

@@ -14,7 +14,6 @@ use hip_core::{DeviceBuffer, DeviceSlice};
 use rocm_kernels::quantized::{self as qk, NormedRow, QuantType};
 
 use super::{blocks_of, contiguous_view, Blocks, QRocmStorage, QuantizedMatvec};
-use crate::error::kernel_err;
 use crate::storage::{FloatBuffer, RocmStorage};
 
 /// What [`QRocmStorage::rms_norm_matmul_t`] computes: the sum `x + residual` (`None` without a
@@ -133,16 +132,16 @@ impl QRocmStorage {
         };
         dev.note_integer_matvec();
         let blocks = self.blocks.as_slice();
-        qk::matvec_int_staged_normed(
-            dev.stream(),
-            q,
-            self.staged_weights(&blocks),
-            (n, k),
-            row,
-            &mut y.as_mut_slice(),
-        )
-        .map_err(kernel_err(op))?;
-        self.note_blocks_read();
+        self.launch_staged(op, &blocks, |weights| {
+            qk::matvec_int_staged_normed(
+                dev.stream(),
+                q,
+                weights,
+                (n, k),
+                row,
+                &mut y.as_mut_slice(),
+            )
+        })?;
         Ok(Some((sum, y)))
     }
 }

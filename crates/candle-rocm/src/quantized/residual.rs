@@ -14,7 +14,6 @@ use hip_core::DeviceBuffer;
 use rocm_kernels::quantized::{self as qk, QuantType};
 
 use super::{blocks_of, contiguous_view, normed::Operand, ActivationKey, Blocks, QRocmStorage};
-use crate::error::kernel_err;
 use crate::storage::{FloatBuffer, RocmStorage};
 
 impl QRocmStorage {
@@ -86,8 +85,7 @@ impl QRocmStorage {
         dev.note_integer_matvec();
         // A row that its producer already rounded (the decode step's swiglu): the product reads
         // that rounding, as `matmul_t` does.
-        let weights = self.staged_weights(&w);
-        match dev.rounded_activations(&key) {
+        self.launch_staged(op, &w, |weights| match dev.rounded_activations(&key) {
             Some(r) => qk::matvec_int_staged_rounded_add(
                 dev.stream(),
                 q,
@@ -107,9 +105,7 @@ impl QRocmStorage {
                 &rv,
                 &mut y.as_mut_slice(),
             ),
-        }
-        .map_err(kernel_err(op))?;
-        self.note_blocks_read();
+        })?;
         Ok(Some(y))
     }
 }

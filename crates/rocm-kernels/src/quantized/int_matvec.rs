@@ -229,14 +229,15 @@ impl<'s, 'a> StagedWeights<'s, 'a> {
         }
     }
 
-    /// Whether a product of `q` blocks may overlap the kernel before it: where the blocks were
-    /// written earlier, except Q6K. Measured on an H100 (criterion `qmatvec_14336x4096_*`, each
-    /// launch reading its own copy of the weights, back to back): overlapped launches read
-    /// 83.9% of the copy bandwidth for Q4_0 (75% not overlapped), 76-81% for Q4K (74%), 92%
-    /// for Q8_0 (85%), but 58% for Q6K (70%), so Q6K products never overlap (the cause is not
-    /// known yet: docs/quantized.md).
-    pub fn may_overlap(&self, q: QuantType) -> bool {
-        self.written_earlier && q != QuantType::Q6K
+    /// Whether a product of these blocks may overlap the kernel before it: where the blocks were
+    /// written earlier. Measured on an H100 (criterion `qmatvec_14336x4096_*`, each launch
+    /// reading its own copy of the weights, back to back): overlapped launches read 83.9% of the
+    /// copy bandwidth for Q4_0 (75% not overlapped), 76-81% for Q4K (74%), 92% for Q8_0 (85%).
+    /// Q6K lost with overlap (58% against 70%) until its activations stopped sharing
+    /// shared-memory banks (`qs_apad`); since then it gains too (H200: 76% against 65% at
+    /// 14336 x 4096, 62% against 56% at 4096 x 14336; docs/quantized.md).
+    pub fn may_overlap(&self) -> bool {
+        self.written_earlier
     }
 
     /// Blocks written before the last kernel now queued on the stream: the launch may overlap it.
@@ -351,10 +352,29 @@ fn staged_stage_blocks(q: QuantType) -> usize {
     }
 }
 
+/// Bytes of padding the staged kernels put after every 128 rounded activations in shared memory
+/// (each type's `SPAD` in `kernels/quantized.hip`, chosen so that the lanes of one load
+/// instruction read distinct banks).
+fn staged_activation_pad(q: QuantType) -> usize {
+    match q {
+        QuantType::Q4_0
+        | QuantType::Q4_1
+        | QuantType::Q5_0
+        | QuantType::Q5_1
+        | QuantType::Q8_0
+        | QuantType::Q8_1
+        | QuantType::Q5K => 16,
+        QuantType::Q4K | QuantType::Q6K | QuantType::Q2K | QuantType::Q3K => 32,
+        // No integer kernel.
+        QuantType::Q8K => 0,
+    }
+}
+
 /// The dynamic shared memory of a staged product of `m` rows of `k` activations: the rounded
-/// activations (`m k` bytes and `m k / 32` f32 pairs) and one stage per team.
+/// activations (`m k` bytes, padded, and `m k / 32` f32 pairs) and one stage per team.
 pub fn matvec_int_staged_shared_bytes(q: QuantType, m: usize, k: usize) -> usize {
-    let activations = (m * k + m * (k / 32) * 8).div_ceil(16) * 16;
+    let row = k + staged_activation_pad(q) * k.div_ceil(128);
+    let activations = (m * row + m * (k / 32) * 8).div_ceil(16) * 16;
     // A stage starts up to 14 bytes past a 16-byte boundary (`qs_stage::CAP`).
     let stage = (staged_stage_blocks(q) * q.block_bytes() + 14).div_ceil(16) * 16;
     activations + STAGED_TEAMS as usize * stage
@@ -436,7 +456,7 @@ fn staged_product<I: KernelDType>(
     let (f, cfg) = staged_kernel::<I>(stream, op, q, (m, n, k), &kernel, w, x.device_ptr())?;
     let builder = f
         .builder(stream, cfg)
-        .overlap_previous(weights.may_overlap(q))
+        .overlap_previous(weights.may_overlap())
         .arg(u32_arg(op, "m", m)?)
         .arg(u32_arg(op, "n", n)?)
         .arg(u32_arg(op, "k", k)?)
@@ -521,7 +541,7 @@ fn staged_rounded_product<I: KernelDType>(
         (xq, xds),
         y,
         epilogue,
-        weights.may_overlap(q),
+        weights.may_overlap(),
     )
 }
 
@@ -592,7 +612,7 @@ pub fn matvec_int_staged_normed<I: KernelDType>(
     }
     let builder = f
         .builder(stream, cfg)
-        .overlap_previous(weights.may_overlap(q))
+        .overlap_previous(weights.may_overlap())
         .arg(u32_arg(op, "n", n)?)
         .arg(u32_arg(op, "k", k)?)
         .arg(*w)
@@ -725,4 +745,49 @@ fn staged_config(
     let mut cfg = config_1d(op, "blocks", blocks, STAGED_TEAMS * 32)?;
     cfg.shared_mem_bytes = u32_of(op, "shared bytes", shared)?;
     Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shared-memory padding the wrappers allocate for is each type's `SPAD` in the kernel
+    /// source: less would let a block write past its shared memory.
+    #[test]
+    fn staged_padding_matches_the_kernels() {
+        let src = crate::modules::full_source("quantized").expect("quantized");
+        let p32 = "PARTS = P, NI = 4 / P, SPAD = 16 };";
+        for (q, pad, line) in [
+            (QuantType::Q4_0, 16, format!("QK = 32, BYTES = 18, {p32}")),
+            (QuantType::Q4_1, 16, format!("QK = 32, BYTES = 20, {p32}")),
+            (QuantType::Q5_0, 16, format!("QK = 32, BYTES = 22, {p32}")),
+            (QuantType::Q5_1, 16, format!("QK = 32, BYTES = 24, {p32}")),
+            (QuantType::Q8_0, 16, "NI = 8 / P, SPAD = 16 };".to_string()),
+            (QuantType::Q8_1, 16, "NI = 8 / P, SPAD = 16 };".to_string()),
+            // qi_qk45: HB (Q5K) 16, Q4K 32.
+            (QuantType::Q4K, 32, "SPAD = HB ? 16 : 32 };".to_string()),
+            (QuantType::Q5K, 16, "SPAD = HB ? 16 : 32 };".to_string()),
+            (
+                QuantType::Q2K,
+                32,
+                "BYTES = 84, PARTS = P, LP = 64 / P, NI = LP / 4, SPAD = 32 };".to_string(),
+            ),
+            (
+                QuantType::Q3K,
+                32,
+                "BYTES = 110, PARTS = P, LP = 64 / P, NI = LP / 4, SPAD = 32 };".to_string(),
+            ),
+            (
+                QuantType::Q6K,
+                32,
+                "BYTES = 210, PARTS = P, LP = 64 / P, NI = LP / 4, SPAD = 32 };".to_string(),
+            ),
+        ] {
+            assert!(
+                src.contains(&line),
+                "{q:?}: kernels/quantized.hip lacks `{line}`"
+            );
+            assert_eq!(staged_activation_pad(q), pad, "{q:?}");
+        }
+    }
 }
