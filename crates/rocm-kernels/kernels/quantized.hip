@@ -1344,7 +1344,7 @@ __device__ __forceinline__ uint4 qs_load16(const u8* p, const u8* end) {
 
 // The rounded activations in shared memory have SPAD bytes of padding after every 128 (the
 // weight type's SPAD, 16 or 32): without it the lanes of one 16-byte load read activation bytes
-// 128 apart (a q6k part's two halves, q4k's sub-blocks 0-3 and 4-7, 32-element blocks 4 apart),
+// 128 apart (a q6k block's two halves, q4k's sub-blocks 0-3 and 4-7, 32-element blocks 4 apart),
 // which share banks; measured on an H200 before the padding, 59% (q6k) and 24% (q4k) of the
 // staged product's shared-memory wavefronts were such conflicts.
 // Bytes one padded row of k activations takes.
@@ -1352,8 +1352,11 @@ template <int SPAD> __device__ __forceinline__ u32 qs_arow(u32 k) { return k + S
 // Where activation byte c of a row lies in its padded row.
 template <int SPAD> __device__ __forceinline__ u32 qs_apad(u32 c) { return c + SPAD * (c / 128); }
 // Shared bytes of m rounded activation rows of k: the padded signed bytes, then the (d, d * sum
-// q) pairs, rounded up to 16. (The wrapper's `staged_shared_bytes` allows for 32 bytes of
-// padding per 128 whatever the type.)
+// q) pairs, rounded up to 16. The wrapper (`staged_activation_pad` in int_matvec.rs) allocates
+// each type's SPAD, so SPAD must stay a function of the type alone: a larger SPAD than the
+// wrapper's would write past the block's shared memory. The values suit the committed part
+// counts (QS_P_*): other counts stay correct but may conflict again (q4k and q5k want 32 at 8
+// parts, 16 at 4).
 template <int SPAD> __device__ __forceinline__ u32 qs_act_bytes(u32 m, u32 k) {
     return (m * qs_arow<SPAD>(k) + m * (k / 32) * 8 + 15) / 16 * 16;
 }

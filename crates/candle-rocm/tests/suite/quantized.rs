@@ -361,7 +361,10 @@ fn matmul_matches_the_cpu_within_its_own_error() {
 
 /// The one-launch integer product over long rows: several stages per weight row with a partial
 /// last one (a stage holds 16 to 128 blocks), more rows than teams in flight, m = 1, 2 and 5,
-/// against the two-launch product and the f64 definition.
+/// against the two-launch product and the f64 definition. One and two rows must take the
+/// one-launch product (a `qmatvec_s8*` launch, no `qmatvec_i8_*`; Q6K takes it for one row
+/// only), so that a change to its shared memory cannot move these cases to the other product
+/// unnoticed; five rows of these lengths do not fit its shared memory on NVIDIA (48 KiB).
 #[test]
 #[ignore = "needs a GPU"]
 fn staged_matvec_matches_over_many_stages_and_rows() {
@@ -370,11 +373,11 @@ fn staged_matvec_matches_over_many_stages_and_rows() {
         if dtype == GgmlDType::Q8K {
             continue;
         }
-        // 137 (32-element) or 41 (256-element) blocks per row: 2 or 3 stages, the last partial.
+        // 137 (32-element) or 33 (256-element) blocks per row: 2 or 3 stages, the last partial.
         let k = if dtype.block_size() == 32 {
             137 * 32
         } else {
-            41 * 256
+            33 * 256
         };
         let n = if dtype.block_size() == 32 { 4099 } else { 1031 };
         let seed = case_seed(base_seed(), &["staged", &format!("{dtype:?}")]);
@@ -395,8 +398,19 @@ fn staged_matvec_matches_over_many_stages_and_rows() {
                 dev.set_quantized_matvec(kind);
                 let label = format!("{dtype:?} ({n}, {k}) {xdtype:?} m={m} {kind:?}");
                 check_matmul(&dev, &label, &q, &g, &x, &layout, &storage);
-                let (out, _) = g.matmul_t(q.shape(), &xs, &layout).unwrap();
-                outs.push(values_f64(&out.to_cpu_storage().unwrap()));
+                let mut out = None;
+                let launches =
+                    launches_of(&mut || out = Some(g.matmul_t(q.shape(), &xs, &layout).unwrap().0));
+                if kind == QuantizedMatvec::Int8Activations
+                    && (m == 1 || (m == 2 && dtype != GgmlDType::Q6K))
+                {
+                    let named = |p: &str| launches.iter().any(|(name, _)| name.starts_with(p));
+                    assert!(
+                        named("qmatvec_s8") && !named("qmatvec_i8_"),
+                        "{label}: the one-launch product expected, launches {launches:?}"
+                    );
+                }
+                outs.push(values_f64(&out.unwrap().to_cpu_storage().unwrap()));
             }
             // The same rounded activations and block products: only the summation order of
             // the lanes' shares differs.
@@ -432,8 +446,9 @@ fn f32_bits(v: Vec<f32>) -> Vec<u32> {
 /// next, on a device that has run such a product, and that product then reads the rounding
 /// (one `qmatvec_s8r_m1_*` launch) instead of rounding the row in every block: the swiglu gives
 /// the plain kernel's bits and the product the bits of the same product of a copy of the row
-/// (rounded in every block), for every input dtype, several block types and a row long enough
-/// that the copy into shared memory loops. The kernel alone, over several rows, gives the bits
+/// (rounded in every block), for every input dtype, several block types and (but for Q6K,
+/// whose staged kernel takes shorter rows) a row long enough that the copy into shared memory
+/// loops. The kernel alone, over several rows, gives the bits
 /// of swiglu followed by `quantize_activations`.
 #[test]
 #[ignore = "needs a GPU"]
