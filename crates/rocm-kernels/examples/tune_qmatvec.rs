@@ -288,8 +288,8 @@ fn main() -> Result<(), Box<dyn Error>> {
                 a.local_size_bytes
             );
             let sb = stage_blocks(defines, q);
-            // The activations padded by at most 32 bytes per 128 (`qs_arow`).
-            let act = (m * (k + 32 * k.div_ceil(128)) + m * (k / 32) * 8).div_ceil(16) * 16;
+            // The activations' padding depends on the type alone, not on the configuration.
+            let act = qk::matvec_int_staged_activation_bytes(q, m, k);
             let shared = act + teams * (sb * q.block_bytes() + 14).div_ceil(16) * 16;
             if shared > d.properties().shared_memory_per_block {
                 println!("{:5} {name}: {shared} shared bytes do not fit", q.name());

@@ -27,10 +27,11 @@ use crate::indexing::IndexErrorFlag;
 
 mod int_matvec;
 pub use int_matvec::{
-    matvec_int, matvec_int_rounded, matvec_int_scratch, matvec_int_staged, matvec_int_staged_add,
-    matvec_int_staged_fits, matvec_int_staged_normed, matvec_int_staged_rounded,
-    matvec_int_staged_rounded_add, matvec_int_staged_shared_bytes, prefers_matvec_int_staged,
-    quantize_activations, swiglu_rounded, NormedRow, StagedWeights,
+    matvec_int, matvec_int_rounded, matvec_int_scratch, matvec_int_staged,
+    matvec_int_staged_activation_bytes, matvec_int_staged_add, matvec_int_staged_fits,
+    matvec_int_staged_normed, matvec_int_staged_rounded, matvec_int_staged_rounded_add,
+    matvec_int_staged_shared_bytes, prefers_matvec_int_staged, quantize_activations,
+    swiglu_rounded, NormedRow, StagedWeights,
 };
 
 /// Why other dtypes are refused.

@@ -216,7 +216,13 @@ pub struct StagedWeights<'s, 'a> {
     /// The blocks: `n` rows of `k / QK` blocks each.
     pub blocks: &'s DeviceSlice<'a, u8>,
     /// `true` when the blocks were written before the last kernel now queued on the stream
-    /// (an uploaded or long-quantized weight), so that the launch may overlap that kernel.
+    /// (an uploaded or long-quantized weight), so that the launch may overlap that kernel, for
+    /// every block type. Measured on an H100 (criterion `qmatvec_14336x4096_*`, each launch
+    /// reading its own copy of the weights, back to back): overlapped launches read 83.9% of the
+    /// copy bandwidth for Q4_0 (75% not overlapped), 76-81% for Q4K (74%), 92% for Q8_0 (85%).
+    /// Q6K lost with overlap (58% against 70%) until its activations stopped sharing
+    /// shared-memory banks (`qs_apad`); since then it gains too (H200: 76% against 65% at
+    /// 14336 x 4096, 62% against 56% at 4096 x 14336; docs/quantized.md).
     pub written_earlier: bool,
 }
 
@@ -227,17 +233,6 @@ impl<'s, 'a> StagedWeights<'s, 'a> {
             blocks,
             written_earlier: false,
         }
-    }
-
-    /// Whether a product of these blocks may overlap the kernel before it: where the blocks were
-    /// written earlier. Measured on an H100 (criterion `qmatvec_14336x4096_*`, each launch
-    /// reading its own copy of the weights, back to back): overlapped launches read 83.9% of the
-    /// copy bandwidth for Q4_0 (75% not overlapped), 76-81% for Q4K (74%), 92% for Q8_0 (85%).
-    /// Q6K lost with overlap (58% against 70%) until its activations stopped sharing
-    /// shared-memory banks (`qs_apad`); since then it gains too (H200: 76% against 65% at
-    /// 14336 x 4096, 62% against 56% at 4096 x 14336; docs/quantized.md).
-    pub fn may_overlap(&self) -> bool {
-        self.written_earlier
     }
 
     /// Blocks written before the last kernel now queued on the stream: the launch may overlap it.
@@ -370,14 +365,20 @@ fn staged_activation_pad(q: QuantType) -> usize {
     }
 }
 
-/// The dynamic shared memory of a staged product of `m` rows of `k` activations: the rounded
-/// activations (`m k` bytes, padded, and `m k / 32` f32 pairs) and one stage per team.
-pub fn matvec_int_staged_shared_bytes(q: QuantType, m: usize, k: usize) -> usize {
+/// The shared bytes a staged product of `q` weights keeps its `m` rows of `k` rounded
+/// activations in (the kernel's `qs_act_bytes`): the signed bytes, padded, then the `m k / 32`
+/// f32 pairs, rounded up to 16. The stages follow.
+pub fn matvec_int_staged_activation_bytes(q: QuantType, m: usize, k: usize) -> usize {
     let row = k + staged_activation_pad(q) * k.div_ceil(128);
-    let activations = (m * row + m * (k / 32) * 8).div_ceil(16) * 16;
+    (m * row + m * (k / 32) * 8).div_ceil(16) * 16
+}
+
+/// The dynamic shared memory of a staged product of `m` rows of `k` activations: the rounded
+/// activations ([`matvec_int_staged_activation_bytes`]) and one stage per team.
+pub fn matvec_int_staged_shared_bytes(q: QuantType, m: usize, k: usize) -> usize {
     // A stage starts up to 14 bytes past a 16-byte boundary (`qs_stage::CAP`).
     let stage = (staged_stage_blocks(q) * q.block_bytes() + 14).div_ceil(16) * 16;
-    activations + STAGED_TEAMS as usize * stage
+    matvec_int_staged_activation_bytes(q, m, k) + STAGED_TEAMS as usize * stage
 }
 
 /// Whether [`matvec_int_staged`] takes `m` rows of `k` activations times `q` weights on the
@@ -456,7 +457,7 @@ fn staged_product<I: KernelDType>(
     let (f, cfg) = staged_kernel::<I>(stream, op, q, (m, n, k), &kernel, w, x.device_ptr())?;
     let builder = f
         .builder(stream, cfg)
-        .overlap_previous(weights.may_overlap())
+        .overlap_previous(weights.written_earlier)
         .arg(u32_arg(op, "m", m)?)
         .arg(u32_arg(op, "n", n)?)
         .arg(u32_arg(op, "k", k)?)
@@ -541,7 +542,7 @@ fn staged_rounded_product<I: KernelDType>(
         (xq, xds),
         y,
         epilogue,
-        weights.may_overlap(),
+        weights.written_earlier,
     )
 }
 
@@ -612,7 +613,7 @@ pub fn matvec_int_staged_normed<I: KernelDType>(
     }
     let builder = f
         .builder(stream, cfg)
-        .overlap_previous(weights.may_overlap())
+        .overlap_previous(weights.written_earlier)
         .arg(u32_arg(op, "n", n)?)
         .arg(u32_arg(op, "k", k)?)
         .arg(*w)
