@@ -12,7 +12,10 @@
 //!   (dequantize to f16 + GEMM, whole time), throughput = 2 m n k FLOPs, with the device's
 //!   default [`QuantizedGemmPlan`] (`candle_rocm_qmatmul`) and others (`plan_chunk_*`: chunk
 //!   size, one stream or overlapped); beside `reference_f16_gemm`, the dense f16 GEMM of the
-//!   same shape through candle-rocm's matmul.
+//!   same shape through candle-rocm's matmul;
+//! * `qdequantize_14336x4096_{type}`: the dequantization to f16 alone (`candle_rocm_dequantize_f16`,
+//!   throughput = the blocks read + the f16 written) beside `reference_copy`, a copy that reads and
+//!   writes as many bytes in all.
 //!
 //! On a GPU machine: `cargo bench -p candle-rocm --no-default-features --bench quantized -- --warm-up-time 1 --measurement-time 2`
 #![allow(missing_docs)] // criterion_group! generates undocumented items
@@ -131,6 +134,7 @@ fn qprefill(c: &mut Criterion) {
     let wt = Layout::new(Shape::from((K, N)), vec![1, K], 0);
     for dtype in TYPES {
         let w = weights(&dev, dtype);
+        qdequantize(c, &dev, &w, dtype);
         let mut g = c.benchmark_group(format!("qprefill_{m}x{K}x{N}_{dtype:?}"));
         g.sample_size(10);
         g.throughput(Throughput::Elements((2 * m * N * K) as u64));
@@ -178,6 +182,35 @@ fn qprefill(c: &mut Criterion) {
         dev.set_quantized_gemm_plan(default_plan);
         g.finish();
     }
+}
+
+/// The dequantization alone (to f16, the prefill's first step), throughput = the blocks read +
+/// the f16 written, beside a copy that reads and writes as many bytes in all.
+fn qdequantize(c: &mut Criterion, dev: &RocmDevice, w: &QRocmStorage, dtype: GgmlDType) {
+    let traffic = w.storage_size_in_bytes() + 2 * N * K;
+    let mut g = c.benchmark_group(format!("qdequantize_{N}x{K}_{dtype:?}"));
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(traffic as u64));
+    let stream = dev.hip_device().default_stream();
+    let src = stream.alloc::<u8>(traffic / 2).unwrap();
+    let mut dst = stream.alloc::<u8>(traffic / 2).unwrap();
+    g.bench_function("reference_copy", |b| {
+        b.iter_custom(|it| {
+            gpu_time(dev, it, || {
+                dst.as_mut_slice()
+                    .copy_from_device(&src.as_slice())
+                    .unwrap()
+            })
+        })
+    });
+    g.bench_function("candle_rocm_dequantize_f16", |b| {
+        b.iter_custom(|it| {
+            gpu_time(dev, it, || {
+                std::hint::black_box(w.dequantize(N * K, DType::F16).unwrap());
+            })
+        })
+    });
+    g.finish();
 }
 
 criterion_group!(benches, qmatvec, qprefill);

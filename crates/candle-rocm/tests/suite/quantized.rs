@@ -111,6 +111,146 @@ fn dequantize_is_bit_exact_for_every_type_and_output_dtype() {
     }
 }
 
+/// The kernel-level block type of a `GgmlDType` with blocks.
+fn quant_type(dtype: GgmlDType) -> rocm_kernels::quantized::QuantType {
+    use rocm_kernels::quantized::QuantType as Q;
+    match dtype {
+        GgmlDType::Q4_0 => Q::Q4_0,
+        GgmlDType::Q4_1 => Q::Q4_1,
+        GgmlDType::Q5_0 => Q::Q5_0,
+        GgmlDType::Q5_1 => Q::Q5_1,
+        GgmlDType::Q8_0 => Q::Q8_0,
+        GgmlDType::Q8_1 => Q::Q8_1,
+        GgmlDType::Q2K => Q::Q2K,
+        GgmlDType::Q3K => Q::Q3K,
+        GgmlDType::Q4K => Q::Q4K,
+        GgmlDType::Q5K => Q::Q5K,
+        GgmlDType::Q6K => Q::Q6K,
+        GgmlDType::Q8K => Q::Q8K,
+        other => panic!("{other:?} has no blocks"),
+    }
+}
+
+/// The dequantization kernels go a tile of whole blocks at a time through shared memory: many
+/// tiles with a partial last one, starting at block offsets whose distance from a 16-byte
+/// boundary varies (a chunk of a prefill starts at any row), bit-exact against the CPU's
+/// dequantization of the same blocks; a start between blocks' natural alignment, or a
+/// destination that 16-byte stores cannot write, is a typed error.
+#[test]
+#[ignore = "needs a GPU"]
+fn dequantize_spans_tiles_from_any_block_offset() {
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let s = dev.stream();
+    // 52480 elements: 205 blocks of 256 or 1640 of 32, 2.8 to 8.5 tiles of every type.
+    let dims = [41usize, 1280];
+    let n: usize = dims.iter().product();
+    for dtype in block_types() {
+        let qt = quant_type(dtype);
+        let (blocks, tile) = (
+            n / qt.block_elems(),
+            rocm_kernels::quantized::dequantize_tile_blocks(qt),
+        );
+        assert!(
+            blocks > 2 * tile && blocks % tile != 0,
+            "{dtype:?}: {blocks} blocks, tiles of {tile}"
+        );
+        let seed = case_seed(base_seed(), &["dequantize tiles", &format!("{dtype:?}")]);
+        let (q, g) = quantized_pair(&dev, dtype, &dims, seed);
+        let want: Vec<f32> = q
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let (qk, bytes) = (qt.block_elems(), qt.block_bytes());
+        for first in [0usize, 1, 3, 7, 13] {
+            let src = g.blocks().slice(first * bytes..).unwrap();
+            let len = n - first * qk;
+            let mut out = s.alloc::<f32>(len).unwrap();
+            out.as_mut_slice().memset_async(0xFF).unwrap();
+            rocm_kernels::quantized::dequantize(s, qt, &src, &mut out.as_mut_slice()).unwrap();
+            let got = out.to_host_vec().unwrap();
+            let bad = (0..len).find(|&i| got[i].to_bits() != want[first * qk + i].to_bits());
+            assert!(
+                bad.is_none(),
+                "dequantize {dtype:?} from block {first}: element {bad:?} differs (seed {seed:#x})"
+            );
+            let mut half = s.alloc::<f16>(len).unwrap();
+            rocm_kernels::quantized::dequantize(s, qt, &src, &mut half.as_mut_slice()).unwrap();
+            let got = half.to_host_vec().unwrap();
+            let bad = (0..len)
+                .find(|&i| got[i].to_bits() != f16::from_f32(want[first * qk + i]).to_bits());
+            assert!(
+                bad.is_none(),
+                "{dtype:?} -> f16 from block {first}: {bad:?}"
+            );
+        }
+        // An odd start is no block's; a destination 4 bytes into a buffer is not 16-byte aligned.
+        let src = g.blocks().slice(1..1 + bytes).unwrap();
+        let mut out = s.alloc::<f32>(qk + 1).unwrap();
+        let err =
+            rocm_kernels::quantized::dequantize(s, qt, &src, &mut out.slice_mut(0..qk).unwrap())
+                .unwrap_err();
+        assert!(err.to_string().contains("aligned"), "{dtype:?}: {err}");
+        let src = g.blocks().slice(0..bytes).unwrap();
+        let err = rocm_kernels::quantized::dequantize(
+            s,
+            qt,
+            &src,
+            &mut out.slice_mut(1..qk + 1).unwrap(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("aligned"), "{dtype:?}: {err}");
+    }
+}
+
+/// More tiles than the dequantization launches blocks (`dequantize_resident_blocks`): each block
+/// strides over several, loading the next tile while it decodes the current one. 64 random blocks
+/// repeated (quantizing millions of values on the host would dominate the test), from block 0 and
+/// from block 1 (Q4_0 and Q6K then start 2 bytes past a 16-byte boundary), bit-exact against the
+/// CPU's dequantization of the 64.
+#[test]
+#[ignore = "needs a GPU"]
+fn dequantize_strides_over_more_tiles_than_blocks() {
+    use rocm_kernels::quantized::{dequantize, dequantize_resident_blocks, dequantize_tile_blocks};
+    let dev = RocmDevice::new(0).expect("opening GPU 0");
+    let s = dev.stream();
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+        let qt = quant_type(dtype);
+        let (qk, bytes) = (qt.block_elems(), qt.block_bytes());
+        let seed = case_seed(base_seed(), &["dequantize strides", &format!("{dtype:?}")]);
+        let (q, _) = quantized_pair(&dev, dtype, &[64 * qk], seed);
+        let base_bytes = q.data().unwrap().to_vec();
+        let base: Vec<f32> = q.dequantize(&Device::Cpu).unwrap().to_vec1().unwrap();
+        // Two rounds of tiles for every block, a third for some, and a partial last tile.
+        let tile = dequantize_tile_blocks(qt);
+        let n_blocks = (2 * dequantize_resident_blocks(s) + 7) * tile + 5;
+        let data: Vec<u8> = base_bytes
+            .iter()
+            .copied()
+            .cycle()
+            .take(n_blocks * bytes)
+            .collect();
+        let g = QRocmStorage::from_blocks(&dev, dtype, &data).unwrap();
+        for first in [0usize, 1] {
+            let src = g.blocks().slice(first * bytes..).unwrap();
+            let len = (n_blocks - first) * qk;
+            let mut out = s.alloc::<f32>(len).unwrap();
+            out.as_mut_slice().memset_async(0xFF).unwrap();
+            dequantize(s, qt, &src, &mut out.as_mut_slice()).unwrap();
+            let got = out.to_host_vec().unwrap();
+            let bad = (0..len)
+                .find(|&i| got[i].to_bits() != base[(first * qk + i) % (64 * qk)].to_bits());
+            assert!(
+                bad.is_none(),
+                "dequantize {dtype:?} of {n_blocks} blocks from block {first}: element {bad:?} \
+                 differs (seed {seed:#x})"
+            );
+        }
+    }
+}
+
 /// `x (m, k)` (f64) times the dequantized `(n, k)` weights, in f64.
 fn reference_matmul(x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
     let mut out = vec![0f64; m * n];
