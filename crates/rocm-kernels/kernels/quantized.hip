@@ -29,7 +29,9 @@
 //
 //   dequantize_{Q}_{O}(u64 groups, const u8* blocks, O* dst)
 //       dst[8i .. 8i + 8) = group i (of 8 elements) of the blocks, as O (f32, f16, bf16: the
-//       f32 value rounded to nearest even).
+//       f32 value rounded to nearest even). Blocks of exactly QK_DEQ_THREADS (256) threads,
+//       any grid (see qk_dequantize); blocks aligned as a whole block of a 16-byte-aligned
+//       buffer is (2, 4, 8 or 16 bytes by type), dst 16-byte aligned (the wrapper checks).
 //   dequantize_plain_{S}_{O}(u64 n, const u8* src, O* dst)    S, O in f32, f16, bf16
 //       the F32/F16/BF16 "quantized" types: src holds n elements of S (aligned to S); an
 //       element-wise conversion through f32.
@@ -53,7 +55,8 @@
 // row's groups of 8 and reuse each group of activations for the team's columns (QK_COLS = 4
 // measured slower than 1 on an H100: a quarter of the teams in flight); team sums use xor
 // shuffles below 32, which stay inside a team on every wave size. Blocks, activations and
-// outputs of dequantize/qembedding are 16-byte aligned (the wrappers check).
+// outputs of qmatvec/qembedding and the outputs of dequantize are 16-byte aligned (the wrappers
+// check).
 //
 // The integer products with 8-bit activations (quantize_q8x, qmatvec_i8 and the one-launch
 // qmatvec_s8) are described in their sections below.
@@ -442,8 +445,9 @@ __device__ __forceinline__ void qk_deq_group(const u8* blocks, u64 group, float*
 // it; those are read byte by byte, only the tile's own.
 #define QK_DEQ_THREADS 256
 #define QK_DEQ_TILE_BYTES 8192
-// NVIDIA: 8 blocks a multiprocessor (the launcher's grid is 8 a multiprocessor; this caps
-// registers at 32 a thread).
+// NVIDIA: up to 8 blocks a multiprocessor (the launcher's grid is at most 8 a multiprocessor;
+// where a multiprocessor holds 2048 threads this caps registers at 32 a thread, which sm_90
+// compiles without spills for every type but Q5K, 24 bytes).
 #if defined(__HIP_PLATFORM_NVIDIA__)
 #define QK_DEQ_BOUNDS __launch_bounds__(QK_DEQ_THREADS, 8)
 #else

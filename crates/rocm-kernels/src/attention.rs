@@ -256,7 +256,7 @@ fn prefill_params(
     strides: [[usize; 3]; 4],
 ) -> Result<ParamsArg> {
     let op = "prefill_kernel_params";
-    let mut p = params(op, shape, opts)?;
+    let mut p = params(op, shape, opts, shape.seq_q.saturating_add(shape.seq_k))?;
     for (dst, src) in [&mut p.q, &mut p.k, &mut p.v, &mut p.o]
         .into_iter()
         .zip(strides)
@@ -410,7 +410,8 @@ fn check_operands<T: hip_core::DeviceRepr>(
 }
 
 /// Validates the problem (everything but the operands' extents) and builds the parameters.
-fn params(op: &str, shape: &AttnShape, opts: &AttnOptions) -> Result<Params> {
+/// `reach`: at least the longest sequence's query rows plus keys (windows are clamped to it).
+fn params(op: &str, shape: &AttnShape, opts: &AttnOptions, reach: usize) -> Result<Params> {
     if !HEAD_DIMS.contains(&shape.head_dim) {
         return Err(layout_err(
             op,
@@ -445,9 +446,13 @@ fn params(op: &str, shape: &AttnShape, opts: &AttnOptions) -> Result<Params> {
             format!("the softmax scale must be finite, got {}", opts.scale),
         ));
     }
+    // A window of a sequence's query rows + keys or more reaches every key from every query row
+    // (the first allowed key, i + (seq_k - seq_q) - window_left, is then below 0, the last at
+    // or above seq_k), so larger windows are clamped to `reach`: the kernels' key bounds then
+    // stay far from i64's range (a window near i64::MAX would overflow them).
     let window = |w: Option<usize>, what: &str| match w {
         None => Ok(-1),
-        Some(w) => to_i64(op, what, w),
+        Some(w) => to_i64(op, what, w.min(reach)),
     };
     Ok(Params {
         batch: to_i64(op, "batch", shape.batch)?,
@@ -490,7 +495,7 @@ pub fn attention<T: KernelDType>(
 ) -> Result<()> {
     let op = "flash_attn";
     check_float::<T>(op, FLOAT_REASON)?;
-    let mut p = params(op, shape, opts)?;
+    let mut p = params(op, shape, opts, shape.seq_q.saturating_add(shape.seq_k))?;
     let es = std::mem::size_of::<T>();
     let d = shape.head_dim;
     let (b, sq, sk) = (shape.batch, shape.seq_q, shape.seq_k);
@@ -785,14 +790,15 @@ fn decode<T: KernelDType>(
 ) -> Result<()> {
     let op = "flash_attn";
     let d = shape.head_dim;
-    // The kernel walks a split's keys and indexes query rows and heads with 32-bit integers.
-    if shape.seq_k > i32::MAX as usize
-        || shape.heads_q.saturating_mul(shape.seq_q) > i32::MAX as usize
-    {
+    // The kernel walks a split's keys and indexes query rows and heads with 32-bit integers;
+    // its key loop looks up to 128 keys past the one it reads, so keys stop short of i32::MAX.
+    const MAX_KEYS: usize = i32::MAX as usize - 1024;
+    if shape.seq_k > MAX_KEYS || shape.heads_q.saturating_mul(shape.seq_q) > i32::MAX as usize {
         return Err(layout_err(
             op,
             format!(
-                "the decode path takes at most {} keys and query rows x heads (got {} keys, {} x {})",
+                "the decode path takes at most {MAX_KEYS} keys and {} query rows x heads (got {} \
+                 keys, {} x {})",
                 i32::MAX,
                 shape.seq_k,
                 shape.seq_q,
@@ -942,7 +948,9 @@ pub fn attention_varlen<T: KernelDType>(
 ) -> Result<()> {
     let op = "flash_attn_varlen";
     check_float::<T>(op, FLOAT_REASON)?;
-    let mut p = params(op, shape, opts)?;
+    // A sequence's rows lie within the totals (offsets past them are flagged, not read).
+    let reach = (shape.seq_q.max(offsets.total_q)).saturating_add(shape.seq_k.max(offsets.total_k));
+    let mut p = params(op, shape, opts, reach)?;
     let es = std::mem::size_of::<T>();
     let d = shape.head_dim;
     if offsets.cu_q.len() != shape.batch + 1 || offsets.cu_k.len() != shape.batch + 1 {
@@ -1003,6 +1011,27 @@ pub fn attention_varlen<T: KernelDType>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_wider_than_the_sequences_are_clamped() {
+        let shape = AttnShape {
+            batch: 1,
+            seq_q: 7,
+            seq_k: 100,
+            heads_q: 4,
+            heads_kv: 2,
+            head_dim: 64,
+        };
+        let opts = |left, right| AttnOptions {
+            window_left: left,
+            window_right: right,
+            ..AttnOptions::new(0.125, false)
+        };
+        let p = params("t", &shape, &opts(Some(usize::MAX), Some(5)), 107).unwrap();
+        assert_eq!((p.window_left, p.window_right), (107, 5));
+        let p = params("t", &shape, &opts(None, Some(1 << 62)), 107).unwrap();
+        assert_eq!((p.window_left, p.window_right), (-1, 107));
+    }
 
     #[test]
     fn params_match_the_kernel_struct() {
@@ -1175,28 +1204,28 @@ mod tests {
             head_dim: 64,
         };
         let opts = AttnOptions::new(0.125, true);
-        assert!(params("t", &shape, &opts).is_err(), "6 heads over 4");
+        assert!(params("t", &shape, &opts, 0).is_err(), "6 heads over 4");
         let shape = AttnShape {
             heads_q: 8,
             head_dim: 72,
             ..shape
         };
-        assert!(params("t", &shape, &opts).is_err(), "head dim 72");
+        assert!(params("t", &shape, &opts, 0).is_err(), "head dim 72");
         let shape = AttnShape {
             head_dim: 128,
             ..shape
         };
-        assert!(params("t", &shape, &opts).is_ok());
+        assert!(params("t", &shape, &opts, 0).is_ok());
         let bad = AttnOptions {
             softcap: Some(-1.0),
             ..opts
         };
-        assert!(params("t", &shape, &bad).is_err());
+        assert!(params("t", &shape, &bad, 0).is_err());
         let bad = AttnOptions {
             scale: f32::NAN,
             ..opts
         };
-        assert!(params("t", &shape, &bad).is_err());
+        assert!(params("t", &shape, &bad, 0).is_err());
     }
 
     #[test]

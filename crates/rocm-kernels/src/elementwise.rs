@@ -356,17 +356,21 @@ fn check_dst(op: &str, numel: usize, dst_len: usize) -> Result<()> {
 /// for `n` elements but at most `BLOCKS_PER_MULTIPROCESSOR` per multiprocessor (the kernels
 /// loop), so that the total thread count stays far below 2^31.
 pub(crate) fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
-    let device = stream.device();
-    let sms = match device.properties().multiprocessor_count {
-        0 => 64,
-        n => n as usize,
-    };
-    let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
+    let max_blocks = (multiprocessors(stream) * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
     let blocks = n.div_ceil(BLOCK_SIZE as usize).clamp(1, max_blocks) as u32;
     LaunchConfig {
         grid: [blocks, 1, 1],
         block: [BLOCK_SIZE, 1, 1],
         shared_mem_bytes: 0,
+    }
+}
+
+/// The stream's device's multiprocessors (compute units on AMD), or 64 where the runtime
+/// reports 0.
+pub(crate) fn multiprocessors(stream: &Stream) -> usize {
+    match stream.device().properties().multiprocessor_count {
+        0 => 64,
+        n => n as usize,
     }
 }
 

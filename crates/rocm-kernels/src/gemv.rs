@@ -50,8 +50,18 @@ pub fn gemv<T: KernelDType>(
             format!("the weight's row stride {ldw} is below its row length {k}"),
         ));
     }
-    let w_needed = if n == 0 { 0 } else { (n - 1) * ldw + k };
-    if x.len() < rows * k || w.len() < w_needed || y.len() != rows * n {
+    // Checked: a huge stride must not wrap around to a small weight extent.
+    let w_needed = if n == 0 {
+        Some(0)
+    } else {
+        (n - 1).checked_mul(ldw).and_then(|e| e.checked_add(k))
+    };
+    let x_needed = rows.checked_mul(k);
+    let y_needed = rows.checked_mul(n);
+    if x_needed.is_none_or(|e| x.len() < e)
+        || w_needed.is_none_or(|e| w.len() < e)
+        || y_needed != Some(y.len())
+    {
         return Err(layout_err(
             op,
             format!(

@@ -21,7 +21,7 @@
 use hip_core::{DeviceSlice, DeviceSliceMut, KernelArg, KernelArgs, LaunchConfig, Stream};
 
 use crate::dtype::{check_float, KernelDType};
-use crate::elementwise::{function, launch_config, layout_err};
+use crate::elementwise::{function, launch_config, layout_err, multiprocessors};
 use crate::error::Result;
 use crate::indexing::IndexErrorFlag;
 
@@ -227,6 +227,9 @@ pub fn dequantize<O: KernelDType>(
             ),
         ));
     }
+    if n == 0 {
+        return Ok(());
+    }
     let block_align = block_alignment(q.block_bytes());
     if blocks.device_ptr().0 % block_align as u64 != 0 {
         return Err(layout_err(
@@ -239,24 +242,27 @@ pub fn dequantize<O: KernelDType>(
         ));
     }
     check_aligned(op, "the destination", dst.device_ptr())?;
-    if n == 0 {
-        return Ok(());
-    }
     let groups = n / 8;
-    // A block for every tile, up to as many blocks as the device holds at once (8 of 256
-    // threads a multiprocessor); those stride over the rest, loading each next tile while they
-    // decode the current one. Measured on an H200 against a grid of every tile (no striding)
-    // and a grid that gives every block the same number of tiles: within 1-6% either way, and
-    // the best of the three for Q4K (docs/quantized.md).
+    // The 256-element types: a block for every tile up to 8 of 256 threads a multiprocessor
+    // (as many as an sm_80/sm_90 multiprocessor or a CDNA compute unit holds at once), which
+    // stride over the rest, loading each next tile while they decode the current one. The
+    // 32-element types: a block for every tile (their tiles hold 224-448 blocks). Measured on
+    // an H200 (docs/quantized.md): striding was faster for Q4K (0.7%) and Q6K (6.4%), slower
+    // for Q4_0 (4.7%) and Q8_0 (5.6%, and 6% in an earlier run); a grid that gives every block
+    // the same number of tiles was 0.2-2.4% slower than the striding grid for every type.
     let tiles = (n / q.block_elems()).div_ceil(dequantize_tile_blocks(q));
-    let grid = tiles.min(dequantize_resident_blocks(stream));
+    let grid = match q.block_elems() {
+        32 => tiles,
+        _ => tiles.min(dequantize_resident_blocks(stream)),
+    }
+    .min(u16::MAX as usize);
     let f = function(
         stream,
         MODULE,
         &format!("dequantize_{}_{}", q.name(), O::NAME),
     )?;
     let config = LaunchConfig {
-        grid: [grid.min(u16::MAX as usize) as u32, 1, 1],
+        grid: [grid as u32, 1, 1],
         block: [DEQUANTIZE_THREADS, 1, 1],
         shared_mem_bytes: 0,
     };
@@ -270,15 +276,11 @@ pub fn dequantize<O: KernelDType>(
     Ok(())
 }
 
-/// The most blocks [`dequantize`] launches: 8 of its 256 threads a multiprocessor, as many as
-/// one holds at once (on NVIDIA the kernels' register bound guarantees it). With more tiles than
-/// this, each block strides over several.
+/// The most blocks [`dequantize`] launches for the 256-element types: 8 of its 256 threads a
+/// multiprocessor (up to as many as one holds at once). With more tiles than this, each block
+/// strides over several (the 32-element types stride only beyond 65535 tiles).
 pub fn dequantize_resident_blocks(stream: &Stream) -> usize {
-    let sms = match stream.device().properties().multiprocessor_count {
-        0 => 64,
-        sms => sms as usize,
-    };
-    sms * 8
+    multiprocessors(stream) * 8
 }
 
 /// Threads a block of the dequantization kernels (the kernels' `QK_DEQ_THREADS`).

@@ -1888,6 +1888,31 @@ fn invalid_layouts_are_errors_and_launch_nothing() {
     println!("errors: {checked} invalid calls rejected before any launch");
 }
 
+/// A weight row stride so large that `(n - 1) * ldw + k` wraps around usize to a small extent
+/// is a typed error, not a launch that reads rows at the real stride (far outside the weight).
+#[test]
+#[ignore = "needs a GPU"]
+fn gemv_rejects_a_row_stride_whose_extent_overflows() {
+    let s = stream();
+    let (n, k) = (4usize, 32usize);
+    // 3 * ldw wraps to 2: the wrapped extent would be 2 + 32 = 34 elements.
+    let ldw = usize::MAX / 3 + 1;
+    assert_eq!(3usize.wrapping_mul(ldw), 2);
+    let w = s.alloc_from_host(&[1f32; 34]).unwrap();
+    let x = s.alloc_from_host(&[1f32; 32]).unwrap();
+    let mut y = s.alloc_from_host(&[7f32; 4]).unwrap();
+    let e = rocm_kernels::gemv::gemv(
+        &s,
+        (1, n, k),
+        &x.as_slice(),
+        (&w.as_slice(), ldw),
+        &mut y.as_mut_slice(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Layout { .. }), "{e}");
+    assert_eq!(y.to_host_vec().unwrap(), vec![7f32; n], "y was written");
+}
+
 // Further kernel families, one file each (they use this file's helpers through `super::*`).
 #[path = "families/conv.rs"]
 mod conv;

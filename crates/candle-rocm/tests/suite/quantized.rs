@@ -131,17 +131,57 @@ fn quant_type(dtype: GgmlDType) -> rocm_kernels::quantized::QuantType {
     }
 }
 
+/// Dequantizes `src` (whole blocks of `qt`) into a poisoned buffer of `len + 8` elements of `T`
+/// through its first `len`, and returns those `len` after checking that the 8 after them were
+/// not written.
+fn dequantize_guarded<T: rocm_kernels::KernelDType + KernelDTypeBits>(
+    s: &hip_core::Stream,
+    qt: rocm_kernels::quantized::QuantType,
+    src: &hip_core::DeviceSlice<'_, u8>,
+    len: usize,
+) -> Vec<T> {
+    let mut out = s.alloc::<T>(len + 8).unwrap();
+    out.as_mut_slice().memset_async(0xFF).unwrap();
+    rocm_kernels::quantized::dequantize(s, qt, src, &mut out.slice_mut(0..len).unwrap()).unwrap();
+    let mut got = out.to_host_vec().unwrap();
+    let tail = got.split_off(len);
+    assert!(
+        tail.iter().all(|v| v.bits() == T::POISON),
+        "{qt:?}: written past the destination"
+    );
+    got
+}
+
+/// The bits of an output element, and those of a 0xFF-poisoned one.
+trait KernelDTypeBits {
+    const POISON: u32;
+    fn bits(&self) -> u32;
+}
+impl KernelDTypeBits for f32 {
+    const POISON: u32 = u32::MAX;
+    fn bits(&self) -> u32 {
+        self.to_bits()
+    }
+}
+impl KernelDTypeBits for f16 {
+    const POISON: u32 = 0xFFFF;
+    fn bits(&self) -> u32 {
+        self.to_bits() as u32
+    }
+}
+
 /// The dequantization kernels go a tile of whole blocks at a time through shared memory: many
 /// tiles with a partial last one, starting at block offsets whose distance from a 16-byte
 /// boundary varies (a chunk of a prefill starts at any row), bit-exact against the CPU's
-/// dequantization of the same blocks; a start between blocks' natural alignment, or a
-/// destination that 16-byte stores cannot write, is a typed error.
+/// dequantization of the same blocks, nothing written past the destination; a start between
+/// blocks' natural alignment, or a destination that 16-byte stores cannot write, is a typed
+/// error.
 #[test]
 #[ignore = "needs a GPU"]
 fn dequantize_spans_tiles_from_any_block_offset() {
     let dev = RocmDevice::new(0).expect("opening GPU 0");
     let s = dev.stream();
-    // 52480 elements: 205 blocks of 256 or 1640 of 32, 2.8 to 8.5 tiles of every type.
+    // 52480 elements: 205 blocks of 256 or 1640 of 32, 2.1 to 8.5 tiles of every type.
     let dims = [41usize, 1280];
     let n: usize = dims.iter().product();
     for dtype in block_types() {
@@ -167,18 +207,13 @@ fn dequantize_spans_tiles_from_any_block_offset() {
         for first in [0usize, 1, 3, 7, 13] {
             let src = g.blocks().slice(first * bytes..).unwrap();
             let len = n - first * qk;
-            let mut out = s.alloc::<f32>(len).unwrap();
-            out.as_mut_slice().memset_async(0xFF).unwrap();
-            rocm_kernels::quantized::dequantize(s, qt, &src, &mut out.as_mut_slice()).unwrap();
-            let got = out.to_host_vec().unwrap();
+            let got = dequantize_guarded::<f32>(s, qt, &src, len);
             let bad = (0..len).find(|&i| got[i].to_bits() != want[first * qk + i].to_bits());
             assert!(
                 bad.is_none(),
                 "dequantize {dtype:?} from block {first}: element {bad:?} differs (seed {seed:#x})"
             );
-            let mut half = s.alloc::<f16>(len).unwrap();
-            rocm_kernels::quantized::dequantize(s, qt, &src, &mut half.as_mut_slice()).unwrap();
-            let got = half.to_host_vec().unwrap();
+            let got = dequantize_guarded::<f16>(s, qt, &src, len);
             let bad = (0..len)
                 .find(|&i| got[i].to_bits() != f16::from_f32(want[first * qk + i]).to_bits());
             assert!(
@@ -192,7 +227,10 @@ fn dequantize_spans_tiles_from_any_block_offset() {
         let err =
             rocm_kernels::quantized::dequantize(s, qt, &src, &mut out.slice_mut(0..qk).unwrap())
                 .unwrap_err();
-        assert!(err.to_string().contains("aligned"), "{dtype:?}: {err}");
+        assert!(
+            err.to_string().contains("blocks must start"),
+            "{dtype:?}: {err}"
+        );
         let src = g.blocks().slice(0..bytes).unwrap();
         let err = rocm_kernels::quantized::dequantize(
             s,
@@ -201,26 +239,32 @@ fn dequantize_spans_tiles_from_any_block_offset() {
             &mut out.slice_mut(1..qk + 1).unwrap(),
         )
         .unwrap_err();
-        assert!(err.to_string().contains("aligned"), "{dtype:?}: {err}");
+        assert!(
+            err.to_string().contains("the destination must start"),
+            "{dtype:?}: {err}"
+        );
     }
 }
 
-/// More tiles than the dequantization launches blocks (`dequantize_resident_blocks`): each block
-/// strides over several, loading the next tile while it decodes the current one. 64 random blocks
-/// repeated (quantizing millions of values on the host would dominate the test), from block 0 and
-/// from block 1 (Q4_0 and Q6K then start 2 bytes past a 16-byte boundary), bit-exact against the
-/// CPU's dequantization of the 64.
+/// More tiles than the dequantization launches blocks for the 256-element types
+/// (`dequantize_resident_blocks`): each block strides over several, loading the next tile while
+/// it decodes the current one. 61 random blocks repeated (quantizing millions of values on the
+/// host would dominate the test; 61 is prime, so a tile never holds the same bytes as the tile a
+/// stride before it, whose stride is a multiple of 8 blocks), from block 0 and from block 1
+/// (Q3K and Q6K then start 2 bytes past a 16-byte boundary), bit-exact against the CPU's
+/// dequantization of the 61, nothing written past the destination.
 #[test]
 #[ignore = "needs a GPU"]
 fn dequantize_strides_over_more_tiles_than_blocks() {
-    use rocm_kernels::quantized::{dequantize, dequantize_resident_blocks, dequantize_tile_blocks};
+    use rocm_kernels::quantized::{dequantize_resident_blocks, dequantize_tile_blocks};
+    const PERIOD: usize = 61;
     let dev = RocmDevice::new(0).expect("opening GPU 0");
     let s = dev.stream();
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+    for dtype in [GgmlDType::Q3K, GgmlDType::Q4K, GgmlDType::Q6K] {
         let qt = quant_type(dtype);
         let (qk, bytes) = (qt.block_elems(), qt.block_bytes());
         let seed = case_seed(base_seed(), &["dequantize strides", &format!("{dtype:?}")]);
-        let (q, _) = quantized_pair(&dev, dtype, &[64 * qk], seed);
+        let (q, _) = quantized_pair(&dev, dtype, &[PERIOD * qk], seed);
         let base_bytes = q.data().unwrap().to_vec();
         let base: Vec<f32> = q.dequantize(&Device::Cpu).unwrap().to_vec1().unwrap();
         // Two rounds of tiles for every block, a third for some, and a partial last tile.
@@ -236,12 +280,9 @@ fn dequantize_strides_over_more_tiles_than_blocks() {
         for first in [0usize, 1] {
             let src = g.blocks().slice(first * bytes..).unwrap();
             let len = (n_blocks - first) * qk;
-            let mut out = s.alloc::<f32>(len).unwrap();
-            out.as_mut_slice().memset_async(0xFF).unwrap();
-            dequantize(s, qt, &src, &mut out.as_mut_slice()).unwrap();
-            let got = out.to_host_vec().unwrap();
+            let got = dequantize_guarded::<f32>(s, qt, &src, len);
             let bad = (0..len)
-                .find(|&i| got[i].to_bits() != base[(first * qk + i) % (64 * qk)].to_bits());
+                .find(|&i| got[i].to_bits() != base[(first * qk + i) % (PERIOD * qk)].to_bits());
             assert!(
                 bad.is_none(),
                 "dequantize {dtype:?} of {n_blocks} blocks from block {first}: element {bad:?} \
