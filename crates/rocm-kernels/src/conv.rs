@@ -62,8 +62,13 @@ impl ConvGeometry {
         const OP: &str = "conv";
         self.check(OP)?;
         let axis = |i: usize, k: usize, p: usize, s: usize, d: usize| -> Result<usize> {
-            let window = d * (k - 1) + 1;
-            let padded = i + 2 * p;
+            let (window, padded) = match (
+                d.checked_mul(k - 1).and_then(|w| w.checked_add(1)),
+                p.checked_mul(2).and_then(|w| w.checked_add(i)),
+            ) {
+                (Some(window), Some(padded)) => (window, padded),
+                _ => return Err(overflow(OP, i, k, p, s, d)),
+            };
             if window > padded {
                 return Err(layout_err(
                     OP,
@@ -106,8 +111,14 @@ impl ConvGeometry {
             if i == 0 {
                 return Err(layout_err(OP, "the input has an empty spatial axis"));
             }
-            let full = (i - 1) * s + d * (k - 1) + op + 1;
-            full.checked_sub(2 * p).ok_or_else(|| {
+            let full = (i - 1)
+                .checked_mul(s)
+                .and_then(|f| f.checked_add(d.checked_mul(k - 1)?))
+                .and_then(|f| f.checked_add(op)?.checked_add(1));
+            let (Some(full), Some(both)) = (full, p.checked_mul(2)) else {
+                return Err(overflow(OP, i, k, p, s, d));
+            };
+            full.checked_sub(both).ok_or_else(|| {
                 layout_err(
                     OP,
                     format!("padding {p} on both sides is more than the full output {full}"),
@@ -275,9 +286,35 @@ pub fn col2im<T: KernelDType>(
     Ok(())
 }
 
+/// The error for an axis whose size arithmetic overflows usize (absurd parameters).
+fn overflow(op: &str, i: usize, k: usize, p: usize, s: usize, d: usize) -> crate::Error {
+    layout_err(
+        op,
+        format!(
+            "input {i}, kernel {k}, padding {p}, stride {s} and dilation {d} overflow the size \
+             arithmetic"
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_parameters_are_errors_not_overflows() {
+        let g = geom(3, 1, 1, usize::MAX);
+        assert!(g.forward_output((8, 8)).is_err());
+        assert!(g.transposed_output((8, 8), (0, 0)).is_err());
+        let g = geom(3, usize::MAX, 1, 1);
+        assert!(g.forward_output((8, 8)).is_err());
+        assert!(g.transposed_output((8, 8), (0, 0)).is_err());
+        let g = geom(3, 0, usize::MAX, 1);
+        assert!(g.transposed_output((8, 8), (0, 0)).is_err());
+        assert!(geom(3, 0, 1, 1)
+            .transposed_output((8, 8), (usize::MAX, 0))
+            .is_err());
+    }
 
     fn geom(k: usize, p: usize, s: usize, d: usize) -> ConvGeometry {
         ConvGeometry {

@@ -603,19 +603,25 @@ pub fn moe<I: KernelDType>(
             format!("x has {x_rows} rows per token, expected 1 or topk = {topk}"),
         ));
     }
-    let pairs = batch * topk;
-    if ids.len() != pairs || x.len() != batch * x_rows * k || y.len() != pairs * n {
-        return Err(layout_err(
-            op,
-            format!(
-                "ids hold {}, x {} and y {} elements for batch {batch}, topk {topk}, \
-                 {x_rows} x row(s) of {k}, {n} outputs",
-                ids.len(),
-                x.len(),
-                y.len()
-            ),
-        ));
-    }
+    // Checked products: sizes that overflow match no buffer (and must not panic in debug).
+    let pairs = batch.checked_mul(topk);
+    let x_len = batch.checked_mul(x_rows).and_then(|r| r.checked_mul(k));
+    let y_len = pairs.and_then(|p| p.checked_mul(n));
+    let pairs = match pairs {
+        Some(p) if ids.len() == p && x_len == Some(x.len()) && y_len == Some(y.len()) => p,
+        _ => {
+            return Err(layout_err(
+                op,
+                format!(
+                    "ids hold {}, x {} and y {} elements for batch {batch}, topk {topk}, \
+                     {x_rows} x row(s) of {k}, {n} outputs",
+                    ids.len(),
+                    x.len(),
+                    y.len()
+                ),
+            ))
+        }
+    };
     if pairs == 0 || n == 0 {
         return Ok(());
     }

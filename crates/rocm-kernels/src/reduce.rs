@@ -441,17 +441,15 @@ fn plan(
         }
         reduced[d] = true;
     }
-    let out_numel: usize = dims
-        .iter()
-        .zip(&reduced)
-        .map(|(&d, &r)| if r { 1 } else { d })
-        .product();
-    let red_numel: usize = dims
-        .iter()
-        .zip(&reduced)
-        .map(|(&d, &r)| if r { d } else { 1 })
-        .product();
-    debug_assert!(out_numel == 0 || out_numel * red_numel == numel);
+    // Checked: with an empty dim elsewhere, the others' product may exceed usize.
+    let product = |kept: bool| {
+        dims.iter()
+            .zip(&reduced)
+            .map(|(&d, &r)| if r != kept { d } else { 1 })
+            .try_fold(1usize, usize::checked_mul)
+            .ok_or_else(|| layout_err(name, format!("the sizes of {dims:?} overflow usize")))
+    };
+    let out_numel = product(true)?;
     if dst_len != out_numel {
         return Err(layout_err(
             name,
@@ -464,6 +462,9 @@ fn plan(
     if out_numel == 0 {
         return Ok(None);
     }
+    // A non-empty output: the reduced dims' product times it is numel, which fits.
+    let red_numel = product(false)?;
+    debug_assert!(out_numel * red_numel == numel);
     if op != ReduceOp::Sum {
         if red_numel == 0 {
             return Err(layout_err(
@@ -819,6 +820,17 @@ pub fn arg_reduce<T: KernelDType>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_dim_beside_huge_ones_is_an_error_or_empty_not_an_overflow() {
+        // 0 elements in all, but the kept dims' product exceeds usize.
+        let dims = [0usize, 1 << 40, 1 << 40];
+        let r = plan(ReduceOp::Sum, &dims, &[0, 0, 0], 0, &[0], 0);
+        assert!(r.is_err(), "{r:?}");
+        // The same with the huge dims reduced: an empty output, nothing to launch.
+        let r = plan(ReduceOp::Sum, &dims, &[0, 0, 0], 0, &[1, 2], 0);
+        assert!(matches!(r, Ok(None)), "{r:?}");
+    }
 
     fn p(dims: &[usize], strides: &[usize], rd: &[usize]) -> Result<Option<Plan>> {
         let len = 1 + dims
