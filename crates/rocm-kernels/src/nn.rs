@@ -526,10 +526,7 @@ pub fn rope_any<T: KernelDType>(
         return Ok(());
     };
     let device = stream.device();
-    let sms = match device.properties().multiprocessor_count {
-        0 => 64,
-        s => s as usize,
-    };
+    let sms = crate::elementwise::multiprocessors(stream);
     let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
     let blocks = (n / 2).div_ceil(ROPE_BLOCK as usize).clamp(1, max_blocks) as u32;
     let config = LaunchConfig {

@@ -145,10 +145,7 @@ unsafe fn launch<T: KernelDType>(
     dst: &mut DeviceSliceMut<'_, T>,
 ) -> Result<()> {
     let device = stream.device();
-    let sms = match device.properties().multiprocessor_count {
-        0 => 64,
-        m => m as usize,
-    };
+    let sms = crate::elementwise::multiprocessors(stream);
     let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
     let config = LaunchConfig {
         grid: [

@@ -414,10 +414,7 @@ fn launch<T: KernelDType>(
     // Blocks touched: from offset / E to (offset + n - 1) / E.
     let blocks = ((offset + (n as u64 - 1)) / per_block - offset / per_block + 1) as usize;
     let device = stream.device();
-    let sms = match device.properties().multiprocessor_count {
-        0 => 64,
-        m => m as usize,
-    };
+    let sms = crate::elementwise::multiprocessors(stream);
     let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
     let config = LaunchConfig {
         grid: [
