@@ -73,6 +73,7 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("min_blocks3", "QS_MIN_BLOCKS=3"),
         ("teams4", "QS_TEAMS=4"),
         ("k_parts4", "QS_P_K=4"),
+        ("unroll2", "QS_UNROLL=2"),
     ];
     match std::env::var("TUNE_CONFIGS") {
         Ok(names) => {

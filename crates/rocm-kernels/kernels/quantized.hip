@@ -95,6 +95,10 @@ __device__ __forceinline__ float qk_sub(float a, float b) {
 __device__ __forceinline__ float qk_f16(const u8* p) {
     return __half2float(__ushort_as_half(*(const unsigned short*)p));
 }
+// The f16 value of the low 16 bits of v.
+__device__ __forceinline__ float qk_f16_bits(u32 v) {
+    return __half2float(__ushort_as_half((unsigned short)(v & 0xFFFFu)));
+}
 
 // The 8 bytes at p, which is aligned to A (8, 4 or 2) bytes, with the widest loads A allows.
 template <int A> struct qk_bytes;
@@ -497,10 +501,111 @@ __device__ __forceinline__ void qk_tile_load(const u8* blocks, u64 n_blocks, u64
     }
 }
 
+// A tile's work items: a block's ITEMS items each decode some of its elements from b (the
+// block in shared memory) and store them into out (the block's first output element, 16-byte
+// aligned). By default an item is a group of 8 (qk_deq8). Types with PREP > 0 first derive
+// PREP values of every block of the tile into shared memory (`prepare`, the whole thread block
+// taking the tile's nb * PREP values), which their items then read (`pre`: the block's PREP
+// values) instead of decoding them again in every item.
+template <typename Q> struct qk_tile_items {
+    enum { ITEMS = Q::QK / 8, PREP = 0 };
+    static __device__ __forceinline__ void prepare(const u8*, u32, float2*) {}
+    template <typename O>
+    static __device__ __forceinline__ void run(const u8* b, u32 item, const float2*, O* out) {
+        float y[8];
+        qk_deq8<Q>(b, (int)item, y);
+        qk_store8(out + item * 8, y);
+    }
+};
+
+// q4k and q5k: each sub-block's (d * scale, -(dmin * min)) is derived once a tile (the 6-bit
+// fields take a dozen instructions), then an item is the group of 8 of qk_deq8 with the
+// arithmetic of vals8 (the same bits). Items stay groups of 8 so that a warp's stores cover
+// whole 128-byte lines: items of 16 (a qs byte's two nibbles, 32 elements apart) halved the
+// lines a store instruction completes and were slower on an H200 (quantized.md).
+template <typename Q, int QS, bool HB> struct qk_tile_items_k45 {
+    enum { ITEMS = 32, PREP = 8 };
+    static __device__ __forceinline__ void prepare(const u8* s, u32 nb, float2* pre) {
+#pragma unroll 1
+        for (u32 i = threadIdx.x; i < nb * PREP; i += QK_DEQ_THREADS) {
+            const u8* b = s + (i / PREP) * Q::BYTES;
+            int sc, m;
+            qk_scale_min_k4((int)(i % PREP), b + 4, sc, m);
+            pre[i] = make_float2(qk_mul(qk_f16(b), (float)sc), -qk_mul(qk_f16(b + 2), (float)m));
+        }
+    }
+    template <typename O>
+    static __device__ __forceinline__ void run(const u8* b, u32 item, const float2* pre, O* out) {
+        const u32 e = item * 8, c = e >> 6, sub = (e >> 5) & 1, l = e & 31;
+        const float2 f = pre[e >> 5];
+        const uint2 v = *(const uint2*)(b + QS + 32 * c + l);  // b is 16-byte aligned
+        u32 h0 = 0, h1 = 0;
+        if (HB) {
+            const uint2 h = *(const uint2*)(b + 16 + l);
+            h0 = h.x;
+            h1 = h.y;
+        }
+        const u32 w[2] = {v.x, v.y}, hw[2] = {h0, h1};
+        const u32 hbit = 2 * c + sub;
+        float y[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            u32 q = (w[t / 4] >> (8 * (t % 4) + 4 * sub)) & 0xFu;
+            if (HB) q |= ((hw[t / 4] >> (8 * (t % 4) + hbit)) & 1u) << 4;
+            y[t] = qk_add(qk_mul((float)q, f.x), f.y);
+        }
+        qk_store8(out + e, y);
+    }
+};
+template <> struct qk_tile_items<qk_q4k> : qk_tile_items_k45<qk_q4k, 16, false> {};
+template <> struct qk_tile_items<qk_q5k> : qk_tile_items_k45<qk_q5k, 48, true> {};
+
+// q6k: item 4 n + j takes bytes l = 8 j .. + 8 of half n's ql rows (64 n + l, 64 n + 32 + l)
+// and qh (128 + 32 n + l): elements 128 n + 32 i + l .. of its four rows i, 32 elements from
+// three 8-byte reads (2-byte aligned), d read once. The arithmetic of qk_q6k::vals8 and
+// qk_deq8 (the same bits).
+template <> struct qk_tile_items<qk_q6k> {
+    enum { ITEMS = 8, PREP = 0 };
+    static __device__ __forceinline__ void prepare(const u8*, u32, float2*) {}
+    // The 8 bytes at p (2-byte aligned) as two little-endian words.
+    static __device__ __forceinline__ void words(const u8* p, u32* w) {
+        const unsigned short* h = (const unsigned short*)p;
+        w[0] = (u32)h[0] | ((u32)h[1] << 16);
+        w[1] = (u32)h[2] | ((u32)h[3] << 16);
+    }
+    template <typename O>
+    static __device__ __forceinline__ void run(const u8* b, u32 item, const float2*, O* out) {
+        const int n = (int)(item >> 2), l = (int)(item & 3) * 8;
+        const float d = qk_f16(b + 208);
+        const signed char* sc = (const signed char*)(b + 192 + 8 * n + (l >> 4));
+        // Kept as words (4 values each), so that the three rows take 6 registers.
+        u32 la[2], lb[2], h[2];
+        words(b + 64 * n + l, la);
+        words(b + 64 * n + 32 + l, lb);
+        words(b + 128 + 32 * n + l, h);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float ds = qk_mul(d, (float)sc[2 * i]);
+            float y[8];
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                // The row's 6-bit values (0 .. 63), a byte each.
+                const u32 lq = (i & 1) ? lb[k] : la[k];
+                const u32 q6 = ((lq >> (4 * (i >> 1))) & 0x0F0F0F0Fu) | (((h[k] >> (2 * i)) & 0x03030303u) << 4);
+#pragma unroll
+                for (int t = 0; t < 4; ++t) y[4 * k + t] = qk_mul((float)((int)((q6 >> (8 * t)) & 0xFFu) - 32), ds);
+            }
+            qk_store8(out + 128 * n + 32 * i + l, y);
+        }
+    }
+};
+
 template <typename Q, typename O>
 __device__ __forceinline__ void qk_dequantize(u64 groups, const u8* blocks, O* dst) {
     typedef qk_deq_tile<Q> T;
+    typedef qk_tile_items<Q> It;
     __shared__ uint4 tile[T::LOADS * QK_DEQ_THREADS];
+    __shared__ float2 pre[It::PREP > 0 ? T::BLOCKS * It::PREP : 1];
     const u32 per_block = Q::QK / 8;
     const u64 n_blocks = groups / per_block;
     const u32 lead = (u32)((size_t)blocks & 15);
@@ -520,10 +625,18 @@ __device__ __forceinline__ void qk_dequantize(u64 groups, const u8* blocks, O* d
         if (b0 + stride < n_blocks) qk_tile_load<Q>(blocks, n_blocks, b0 + stride, lead, v);
         const u8* s = (const u8*)tile + lead;
         O* out = dst + b0 * Q::QK;
-        for (u32 g = threadIdx.x; g < nb * per_block; g += QK_DEQ_THREADS) {
-            float y[8];
-            qk_deq8<Q>(s + (g / per_block) * Q::BYTES, (int)(g % per_block), y);
-            qk_store8(out + (u64)g * 8, y);
+        auto item = [&](u32 i) {
+            const u32 blk = i / It::ITEMS;
+            It::run(s + blk * Q::BYTES, i % It::ITEMS, pre + blk * It::PREP, out + (u64)blk * Q::QK);
+        };
+        if (It::PREP > 0) {
+            It::prepare(s, nb, pre);
+            __syncthreads();
+            // Not unrolled: under the 32-register bound, the unrolled loop spilled (q4k).
+#pragma unroll 1
+            for (u32 i = threadIdx.x; i < nb * It::ITEMS; i += QK_DEQ_THREADS) item(i);
+        } else {
+            for (u32 i = threadIdx.x; i < nb * It::ITEMS; i += QK_DEQ_THREADS) item(i);
         }
         __syncthreads();
     }
@@ -837,9 +950,23 @@ template <int P> struct qi_q4_0 {
     enum { QK = 32, BYTES = 18, PARTS = P, NI = 4 / P, SPAD = 16 };
     struct W { float d; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
-        w.d = qk_f16(b);
         int v[NI];
-        qi_words<NI>(b + 2 + 4 * part * NI, v);
+        if (P == 1) {
+            // A whole block: the 5 aligned words from the one holding d (b is 2-byte aligned)
+            // hold d and the 16 qs bytes, so d costs no load of its own (measured on an H200:
+            // 66.8% of the copy against 64.8% with d loaded alone, 14336 x 4096).
+            const u32* a = (const u32*)((u64)b & ~(u64)3);
+            const bool two_past = ((u64)b & 2) != 0;
+            u32 x[5];
+#pragma unroll
+            for (int i = 0; i < 5; ++i) x[i] = a[i];
+            w.d = qk_f16_bits(two_past ? x[0] >> 16 : x[0]);
+#pragma unroll
+            for (int i = 0; i < NI; ++i) v[i] = (int)(two_past ? x[i + 1] : qi_shift2(x[i], x[i + 1], 16));
+        } else {
+            w.d = qk_f16(b);
+            qi_words<NI>(b + 2 + 4 * part * NI, v);
+        }
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
             w.lo[i] = v[i] & 0x0F0F0F0F;
@@ -1419,8 +1546,13 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 #define QS_ROUND_BATCH 4
 #endif
 // One item of the stage loop at a time (measured: unrolling by 2 or 4 was slower).
+#ifndef QS_UNROLL
+#define QS_UNROLL 1
+#endif
+#define QS_PRAGMA_STR(x) _Pragma(#x)
+#define QS_PRAGMA_UNROLL(n) QS_PRAGMA_STR(unroll n)
 #ifndef QS_UNROLL_PRAGMA
-#define QS_UNROLL_PRAGMA _Pragma("unroll 1")
+#define QS_UNROLL_PRAGMA QS_PRAGMA_UNROLL(QS_UNROLL)
 #endif
 
 // Orders a team's shared-memory writes before its lanes' later reads (and reads before later
