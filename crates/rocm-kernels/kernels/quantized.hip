@@ -557,15 +557,22 @@ template <typename Q, int QS, bool HB> struct qk_tile_items_k45 {
         qk_store8(out + e, y);
     }
 };
+// NVIDIA only (where it was measured): the pairs take 3.5 KiB (q4k) and 2.5 KiB (q5k) of shared
+// memory a block beside the 8 KiB tile, which on AMD would cut the blocks a CDNA compute unit
+// holds (64 KiB of LDS) from 8 to 5 or 6 while the launcher starts 8 a multiprocessor; AMD keeps
+// the groups of 8 that decode their own fields.
+#if defined(__HIP_PLATFORM_NVIDIA__)
 template <> struct qk_tile_items<qk_q4k> : qk_tile_items_k45<qk_q4k, 16, false> {};
 template <> struct qk_tile_items<qk_q5k> : qk_tile_items_k45<qk_q5k, 48, true> {};
+#endif
 
-// q6k: item 4 n + j takes bytes l = 8 j .. + 8 of half n's ql rows (64 n + l, 64 n + 32 + l)
-// and qh (128 + 32 n + l): elements 128 n + 32 i + l .. of its four rows i, 32 elements from
-// three 8-byte reads (2-byte aligned), d read once. The arithmetic of qk_q6k::vals8 and
-// qk_deq8 (the same bits).
+// q6k: item 8 n + 4 r + j takes bytes l = 8 j .. + 8 of half n's ql row r (64 n + 32 r + l)
+// and of its qh row (128 + 32 n + l): elements 128 n + 32 i + l .. of rows i = r and r + 2 (the
+// low and the high nibbles). Lanes r = 0 and r = 1 of a half store rows 0 and 1 (then 2 and 3)
+// with one instruction each, so that every store fills whole 128-byte lines (f16). The
+// arithmetic of qk_q6k::vals8 and qk_deq8 (the same bits).
 template <> struct qk_tile_items<qk_q6k> {
-    enum { ITEMS = 8, PREP = 0 };
+    enum { ITEMS = 16, PREP = 0 };
     static __device__ __forceinline__ void prepare(const u8*, u32, float2*) {}
     // The 8 bytes at p (2-byte aligned) as two little-endian words.
     static __device__ __forceinline__ void words(const u8* p, u32* w) {
@@ -575,23 +582,21 @@ template <> struct qk_tile_items<qk_q6k> {
     }
     template <typename O>
     static __device__ __forceinline__ void run(const u8* b, u32 item, const float2*, O* out) {
-        const int n = (int)(item >> 2), l = (int)(item & 3) * 8;
+        const int n = (int)(item >> 3), r = (int)(item >> 2) & 1, l = (int)(item & 3) * 8;
         const float d = qk_f16(b + 208);
         const signed char* sc = (const signed char*)(b + 192 + 8 * n + (l >> 4));
-        // Kept as words (4 values each), so that the three rows take 6 registers.
-        u32 la[2], lb[2], h[2];
-        words(b + 64 * n + l, la);
-        words(b + 64 * n + 32 + l, lb);
+        u32 lq[2], h[2];
+        words(b + 64 * n + 32 * r + l, lq);
         words(b + 128 + 32 * n + l, h);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int hi = 0; hi < 2; ++hi) {
+            const int i = r + 2 * hi;  // the row: low nibbles for rows 0 and 1, high for 2 and 3
             const float ds = qk_mul(d, (float)sc[2 * i]);
             float y[8];
 #pragma unroll
             for (int k = 0; k < 2; ++k) {
                 // The row's 6-bit values (0 .. 63), a byte each.
-                const u32 lq = (i & 1) ? lb[k] : la[k];
-                const u32 q6 = ((lq >> (4 * (i >> 1))) & 0x0F0F0F0Fu) | (((h[k] >> (2 * i)) & 0x03030303u) << 4);
+                const u32 q6 = ((lq[k] >> (4 * hi)) & 0x0F0F0F0Fu) | (((h[k] >> (2 * i)) & 0x03030303u) << 4);
 #pragma unroll
                 for (int t = 0; t < 4; ++t) y[4 * k + t] = qk_mul((float)((int)((q6 >> (8 * t)) & 0xFFu) - 32), ds);
             }
