@@ -16,9 +16,13 @@
 //! * `--arch gfx90a,gfx942`: the processors to build (default [`bundle::DEFAULT_ARCHS`]); each
 //!   is probed once and skipped, with a note recorded in the manifest, if the compiler does not
 //!   support it;
-//! * `--check`: build into a temporary directory and fail when a committed bundle is missing,
-//!   stale (built from another source, with other flags or for fewer archs), inconsistent with
-//!   its manifest record, or when a module does not compile; changes nothing;
+//! * `--check`: fail when a committed bundle is missing, stale (built from another source, with
+//!   other flags or for fewer archs), inconsistent with its manifest record, or when a module does
+//!   not compile; changes nothing. A module whose committed bundle is up to date for this very
+//!   compiler (same source hash, flags, compiler version and archs, and the bundle its record
+//!   describes) is not compiled again: its record already proves that this compiler builds this
+//!   source for these archs. Every other module is compiled into a temporary directory (with
+//!   `--force`, every module is);
 //! * `--force`: recompile modules whose committed bundle is up to date (by default they are
 //!   kept: same source hash, flags, compiler and archs);
 //! * `--jobs N`: modules compiled at once (default: the available parallelism);
@@ -755,7 +759,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let bundle_path = |name: &str| bundles_dir.join(format!("{name}.hipfb.gz"));
     let legacy_path = |name: &str| bundles_dir.join(format!("{name}.hipfb"));
 
-    // What to compile: everything with --check or --force, else what is not up to date.
+    // What to compile: everything with --force, else what is not up to date (with --check too:
+    // an up-to-date record names this compiler, source, flags and archs, so compiling again
+    // would prove nothing new; its bundle is still parsed and checked against the record).
     let up_to_date = |s: &Source| -> Option<Vec<u8>> {
         let rec = record_of(&s.name)?;
         let fresh = |bytes: &[u8]| {
@@ -776,13 +782,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let kept: Vec<Option<Vec<u8>>> = sources
         .iter()
-        .map(|s| {
-            if opts.check || opts.force {
-                None
-            } else {
-                up_to_date(s)
-            }
-        })
+        .map(|s| if opts.force { None } else { up_to_date(s) })
         .collect();
     let todo: Vec<usize> = (0..sources.len()).filter(|&i| kept[i].is_none()).collect();
     println!(
@@ -984,7 +984,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     if problems.is_empty() {
         if opts.check {
-            println!("build-kernels --check: every committed bundle is present, fresh, and its module compiles");
+            let by_record = kept.iter().filter(|k| k.is_some()).count();
+            println!(
+                "build-kernels --check: every committed bundle is present, fresh, and its module compiles \
+                 ({} compiled now, {by_record} up to date for this compiler, checked by their records; \
+                 `--check --force` compiles every module)",
+                sources.len() - by_record
+            );
         }
         Ok(())
     } else {

@@ -115,7 +115,7 @@ const TIER2: &[Tier2Step] = &[
         needs: Needs::Libraries,
     },
     Tier2Step {
-        name: "tier 2: kernel bundles are fresh and every module compiles",
+        name: "tier 2: kernel bundles are fresh and every module compiles (up-to-date records for this compiler stand for a compile)",
         cargo: &["xtask", "build-kernels", "--check"],
         needs: Needs::Toolchain,
     },
