@@ -32,7 +32,12 @@ fn stems(dir: &Path, suffix: &str) -> Vec<String> {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The package directory cargo runs this script for, read at run time: a path baked in at
+    // compile time (`env!`) went stale once, when a target directory shared with another checkout
+    // of the same package reused this script's binary and read that checkout's kernels
+    // (since removed: every module vanished from MODULE_SOURCES).
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = Path::new(&root);
     let out_dir = std::env::var("OUT_DIR").unwrap();
     println!("cargo:rerun-if-changed=src/bundle.rs");
 
@@ -40,6 +45,12 @@ fn main() {
     let dir = root.join("kernels");
     println!("cargo:rerun-if-changed={}", dir.display());
     let names = stems(&dir, ".hip");
+    // A crate without its kernels would build and then fail at every launch: fail here instead.
+    assert!(
+        !names.is_empty(),
+        "rocm-kernels: no kernel sources (*.hip) in {}",
+        dir.display()
+    );
     let mut out = String::from("/// Every kernel module: (name, HIP source without the prelude).\npub const MODULE_SOURCES: &[(&str, &str)] = &[\n");
     for n in &names {
         println!(

@@ -3,7 +3,9 @@
 //! compile-time parameters (`AT_NV_*` on NVIDIA, `-D` style defines), launched on one causal or
 //! full bf16 problem (batch 1, 32 heads x 128), checked against the portable kernel's output and
 //! timed (TFLOP/s counts the multiply-adds of the visible half under a causal mask, as
-//! flash-attention's benchmarks do).
+//! flash-attention's benchmarks do). On NVIDIA it first runs the tile-abstraction kernel (AMD's
+//! matrix prefill, `AttnKernel::Tiles`) in CDNA's and RDNA's shapes (`tiles_shapes`), so that
+//! the loop structure RDNA compiles is checked on the GPU at hand.
 //!
 //! ```sh
 //! cargo run --release -p rocm-kernels --no-default-features --example tune_attention -- [SEQ [full]]
@@ -206,13 +208,8 @@ fn decode_sweep(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
         .collect();
     let mut modules = Vec::new();
     for (name, defines) in configs {
-        match d.compile(
-            &format!("tune_dec_{name}"),
-            &format!("{}{source}", define_lines(defines)),
-            &rocm_kernels::modules::compile_options(),
-        ) {
-            Ok(m) => modules.push((name, defines, m)),
-            Err(e) => println!("{name}: compile failed: {e}"),
+        if let Some(m) = compile_config(d, &format!("tune_dec_{name}"), defines, &source) {
+            modules.push((name, defines, m));
         }
     }
     for sk in [4096usize, 16384, 65536] {
@@ -400,6 +397,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     for (name, kernel) in [
         ("portable", AttnKernel::Portable),
         ("committed", AttnKernel::Matrix),
+        ("tiles", AttnKernel::Tiles),
     ] {
         let ms = time_ms(d, &s, REPS, || run(kernel, &mut o))?;
         let err = max_diff(&o.to_host_vec()?, &want);
@@ -420,7 +418,10 @@ fn main() -> Result<(), Box<dyn Error>> {
                 || l.starts_with("AT_DECODE(")
                 || l.starts_with("AT_PREFILL_MMA(")
                 || l.starts_with("AT_PREFILL_TILES(");
-            if inst && !l.starts_with("AT_PREFILL_MMA(bf16, bf16, 128,") {
+            if inst
+                && !l.starts_with("AT_PREFILL_MMA(bf16, bf16, 128,")
+                && !l.starts_with("AT_PREFILL_TILES(bf16, bf16, 128,")
+            {
                 "\n"
             } else {
                 l
@@ -429,19 +430,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         .collect();
     let operand = [n, HEADS * HEAD_DIM, HEAD_DIM];
     let p = at::prefill_kernel_params(&shape, &AttnOptions::new(scale, causal), [operand; 4])?;
+    if d.platform() == hip_core::Platform::Nvidia {
+        tiles_shapes(d, &s, &source, p, (&q, &k, &v), &mut o, &want, seq, flops)?;
+    }
     for (name, defines) in configs() {
-        let lines = define_lines(defines);
         let t = std::time::Instant::now();
-        let module = match d.compile(
-            &format!("tune_attn_{name}"),
-            &format!("{lines}{source}"),
-            &rocm_kernels::modules::compile_options(),
-        ) {
-            Ok(m) => m,
-            Err(e) => {
-                println!("{name}: compile failed: {e}");
-                continue;
-            }
+        let Some(module) = compile_config(d, &format!("tune_attn_{name}"), defines, &source) else {
+            continue;
         };
         let f = module.function("attn_prefill_mma_bf16_d128")?;
         let a = f.attributes();
@@ -461,26 +456,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             block: [32 * waves as u32, 1, 1],
             shared_mem_bytes: shared,
         };
-        o.as_mut_slice().memset_async(0xFF)?;
-        let mut launch = || {
-            let mut out = o.as_mut_slice();
-            let b = f
-                .builder(&s, cfg)
-                .arg(p)
-                .arg(q.as_slice())
-                .arg(k.as_slice())
-                .arg(v.as_slice())
-                .arg(NullPtr)
-                .arg(NullPtr)
-                .arg(NullPtr)
-                .arg(&mut out);
-            // SAFETY: the kernel's contract (kernels/attention.hip), in the order
-            // `prefill_kernel_params` documents: q, k, v and o hold 1 x seq x HEADS x HEAD_DIM
-            // elements at the strides in `p`; no mask, no offsets (so the error record is never
-            // touched).
-            unsafe { b.arg(NullPtr).launch().unwrap() };
-        };
-        let ms = time_ms(d, &s, REPS, &mut launch)?;
+        let ms = time_prefill(d, &s, &f, cfg, p, (&q, &k, &v), &mut o)?;
         let err = max_diff(&o.to_host_vec()?, &want);
         println!(
             "{name:9} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e}; {} registers, {} local bytes, compiled in {:.1}s)",
@@ -492,4 +468,113 @@ fn main() -> Result<(), Box<dyn Error>> {
         );
     }
     Ok(())
+}
+
+/// The tile-abstraction prefill (AMD's matrix kernel, `attn_prefill_tiles_bf16_d128` on NVIDIA)
+/// compiled in the shapes it takes on AMD: CDNA's (Q's fragments in registers, 64 keys a tile,
+/// as the library runs it on NVIDIA) and RDNA's (Q in shared memory, read one head-dim step at
+/// a time, 32 keys a tile), each checked against the portable kernel's output and timed. On
+/// NVIDIA the instructions are mma.sync's, so this runs RDNA's loop structure, not its WMMA.
+#[allow(clippy::too_many_arguments)]
+fn tiles_shapes<P: hip_core::KernelArg + Copy>(
+    d: Device,
+    s: &Stream,
+    source: &str,
+    p: P,
+    (q, k, v): (
+        &hip_core::DeviceBuffer<bf16>,
+        &hip_core::DeviceBuffer<bf16>,
+        &hip_core::DeviceBuffer<bf16>,
+    ),
+    o: &mut hip_core::DeviceBuffer<bf16>,
+    want: &[bf16],
+    seq: usize,
+    flops: f64,
+) -> Result<(), Box<dyn Error>> {
+    const ROWS: usize = 64; // AT_MMA_BM: 4 waves of 16 rows
+    for (name, defines) in [
+        ("tiles_cdna_shape", ""),
+        ("tiles_rdna_shape", "AT_MMA_Q_SHARED=1 AT_MMA_BN=32"),
+    ] {
+        let Some(module) = compile_config(d, &format!("tune_attn_{name}"), defines, source) else {
+            continue;
+        };
+        let f = module.function("attn_prefill_tiles_bf16_d128")?;
+        let a = f.attributes();
+        let cfg = LaunchConfig {
+            grid: [seq.div_ceil(ROWS) as u32, HEADS as u32, 1],
+            block: [128, 1, 1],
+            shared_mem_bytes: 0,
+        };
+        let ms = time_prefill(d, s, &f, cfg, p, (q, k, v), o)?;
+        let err = max_diff(&o.to_host_vec()?, want);
+        println!(
+            "{name:17} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e}; {} registers, {} local bytes)",
+            ms,
+            flops / ms / 1e9,
+            a.num_regs,
+            a.local_size_bytes
+        );
+    }
+    Ok(())
+}
+
+/// Milliseconds per launch of the prefill kernel `f` (compiled at run time from attention.hip)
+/// over `cfg`, with the first arguments `p`, q, k, v and the output `o` (poisoned first); no
+/// mask, no sequence offsets.
+fn time_prefill<P: hip_core::KernelArg + Copy>(
+    d: Device,
+    s: &Stream,
+    f: &hip_core::Function,
+    cfg: LaunchConfig,
+    p: P,
+    (q, k, v): (
+        &hip_core::DeviceBuffer<bf16>,
+        &hip_core::DeviceBuffer<bf16>,
+        &hip_core::DeviceBuffer<bf16>,
+    ),
+    o: &mut hip_core::DeviceBuffer<bf16>,
+) -> Result<f64, Box<dyn Error>> {
+    o.as_mut_slice().memset_async(0xFF)?;
+    let mut launch = || {
+        let mut out = o.as_mut_slice();
+        let b = f
+            .builder(s, cfg)
+            .arg(p)
+            .arg(q.as_slice())
+            .arg(k.as_slice())
+            .arg(v.as_slice())
+            .arg(NullPtr)
+            .arg(NullPtr)
+            .arg(NullPtr)
+            .arg(&mut out);
+        // SAFETY: the callers launch `attn_prefill_mma_*` / `attn_prefill_tiles_*` with `p` from
+        // `prefill_kernel_params` for this problem, the kernel's contract (kernels/attention.hip)
+        // in that order: q, k, v and o hold 1 x seq x HEADS x HEAD_DIM elements at the strides in
+        // `p`; no mask, no offsets (so the error record is never touched); `cfg` is the kernel's
+        // block shape with the dynamic shared memory it was allowed.
+        unsafe { b.arg(NullPtr).launch().unwrap() };
+    };
+    time_ms(d, s, REPS, &mut launch)
+}
+
+/// `source` compiled at run time as module `program` with `defines` (`NAME=VALUE` separated by
+/// spaces) in front; `None`, after printing why, where it does not compile.
+fn compile_config(
+    d: Device,
+    program: &str,
+    defines: &str,
+    source: &str,
+) -> Option<hip_core::Module> {
+    match d.compile(
+        program,
+        &format!("{}{source}", define_lines(defines)),
+        &rocm_kernels::modules::compile_options(),
+    ) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            println!("{program}: compile failed: {e}");
+            None
+        }
+    }
 }

@@ -532,9 +532,23 @@ __device__ __forceinline__ void at_prefill(const AttnParams& p, const T* __restr
 // RDNA's wave32 tiles hold 8 rows per lane and replicate A across the two half-waves: with Q's
 // fragments in registers the d128 kernels spill, so there Q stays in shared memory (64 KiB of
 // LDS per workgroup leaves room for it).
+// (Both overridable, so that tune_attention can run RDNA's shape of the kernel on NVIDIA.)
+#ifndef AT_MMA_Q_SHARED
 #define AT_MMA_Q_SHARED (RK_MMA >= 3)
+#endif
 // Keys per tile: 64, or 32 on RDNA (fewer logits per lane; its tiles hold 8 rows per lane).
+#ifndef AT_MMA_BN
 #define AT_MMA_BN (RK_MMA >= 3 ? 32 : 64)
+#endif
+// The Q K^T loop over head-dim steps: one step at a time on RDNA (Q's fragment read from shared
+// memory each step; unrolled, the compiler hoisted every step's loads and the d64-d128 kernels
+// spilled 40-213 VGPRs on gfx1100), unrolled where Q's fragments are registers (CDNA), whose
+// index must then be a constant.
+#if AT_MMA_Q_SHARED
+#define AT_MMA_K_UNROLL _Pragma("unroll 1")
+#else
+#define AT_MMA_K_UNROLL _Pragma("unroll")
+#endif
 
 template <typename T, int D, int BN>
 __device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __restrict__ q,
@@ -631,17 +645,17 @@ __device__ __forceinline__ void at_prefill_mma(const AttnParams& p, const T* __r
 
             rk_mma_acc st[NT];
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                rk_mma_zero(st[nt]);
-#pragma unroll
-                for (int kk = 0; kk < DT; ++kk) {
+            for (int nt = 0; nt < NT; ++nt) rk_mma_zero(st[nt]);
+            AT_MMA_K_UNROLL
+            for (int kk = 0; kk < DT; ++kk) {
 #if AT_MMA_Q_SHARED
-                    const rk_mma_frag<T> qa = rk_mma_load_a(qw + kk * 16, KP, lane);
+                const rk_mma_frag<T> qa = rk_mma_load_a(qw + kk * 16, KP, lane);
 #else
-                    const rk_mma_frag<T>& qa = qf[kk];
+                const rk_mma_frag<T>& qa = qf[kk];
 #endif
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
                     rk_mma(st[nt], qa, rk_mma_load_bt(ks + nt * 16 * KP + kk * 16, KP, lane));
-                }
             }
 
             // Online softmax over the tile's logits. The keys row r sees, relative to j0 and

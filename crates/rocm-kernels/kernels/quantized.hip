@@ -507,9 +507,13 @@ __device__ __forceinline__ void qk_tile_load(const u8* blocks, u64 n_blocks, u64
 // PREP values of every block of the tile into shared memory (`prepare`, the whole thread block
 // taking the tile's nb * PREP values), which their items then read (`pre`: the block's PREP
 // values) instead of decoding them again in every item.
-template <typename Q> struct qk_tile_items {
-    enum { ITEMS = Q::QK / 8, PREP = 0 };
+// Item types without prepared values (PREP = 0) take the empty `prepare` of this base.
+struct qk_tile_items_unprepared {
+    enum { PREP = 0 };
     static __device__ __forceinline__ void prepare(const u8*, u32, float2*) {}
+};
+template <typename Q> struct qk_tile_items : qk_tile_items_unprepared {
+    enum { ITEMS = Q::QK / 8 };
     template <typename O>
     static __device__ __forceinline__ void run(const u8* b, u32 item, const float2*, O* out) {
         float y[8];
@@ -539,13 +543,9 @@ template <typename Q, int QS, bool HB> struct qk_tile_items_k45 {
         const u32 e = item * 8, c = e >> 6, sub = (e >> 5) & 1, l = e & 31;
         const float2 f = pre[e >> 5];
         const uint2 v = *(const uint2*)(b + QS + 32 * c + l);  // b is 16-byte aligned
-        u32 h0 = 0, h1 = 0;
-        if (HB) {
-            const uint2 h = *(const uint2*)(b + 16 + l);
-            h0 = h.x;
-            h1 = h.y;
-        }
-        const u32 w[2] = {v.x, v.y}, hw[2] = {h0, h1};
+        uint2 h = make_uint2(0u, 0u);
+        if (HB) h = *(const uint2*)(b + 16 + l);
+        const u32 w[2] = {v.x, v.y}, hw[2] = {h.x, h.y};
         const u32 hbit = 2 * c + sub;
         float y[8];
 #pragma unroll
@@ -571,9 +571,8 @@ template <> struct qk_tile_items<qk_q5k> : qk_tile_items_k45<qk_q5k, 48, true> {
 // low and the high nibbles). Lanes r = 0 and r = 1 of a half store rows 0 and 1 (then 2 and 3)
 // with one instruction each, so that every store fills whole 128-byte lines (f16). The
 // arithmetic of qk_q6k::vals8 and qk_deq8 (the same bits).
-template <> struct qk_tile_items<qk_q6k> {
-    enum { ITEMS = 16, PREP = 0 };
-    static __device__ __forceinline__ void prepare(const u8*, u32, float2*) {}
+template <> struct qk_tile_items<qk_q6k> : qk_tile_items_unprepared {
+    enum { ITEMS = 16 };
     // The 8 bytes at p (2-byte aligned) as two little-endian words.
     static __device__ __forceinline__ void words(const u8* p, u32* w) {
         const unsigned short* h = (const unsigned short*)p;
@@ -1556,9 +1555,6 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 #endif
 #define QS_PRAGMA_STR(x) _Pragma(#x)
 #define QS_PRAGMA_UNROLL(n) QS_PRAGMA_STR(unroll n)
-#ifndef QS_UNROLL_PRAGMA
-#define QS_UNROLL_PRAGMA QS_PRAGMA_UNROLL(QS_UNROLL)
-#endif
 
 // Orders a team's shared-memory writes before its lanes' later reads (and reads before later
 // writes): a warp barrier on NVIDIA; on AMD a team is (half) a wavefront, whose LDS accesses
@@ -1867,7 +1863,7 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
             refill(d);  // in flight, with the other slots, while this stage is computed
             const u32 items = min((u32)SB, bpr - cur_s * SB) * Q::PARTS;
             const u32 blk0 = cur_s * SB;
-            QS_UNROLL_PRAGMA
+            QS_PRAGMA_UNROLL(QS_UNROLL)
             for (u32 it = (u32)lane; it < items; it += QK_TEAM) {
                 const u32 blk = it / Q::PARTS;
                 const int part = (int)(it % Q::PARTS);
