@@ -3,9 +3,10 @@
 //! compile-time parameters (`AT_NV_*` on NVIDIA, `-D` style defines), launched on one causal or
 //! full bf16 problem (batch 1, 32 heads x 128), checked against the portable kernel's output and
 //! timed (TFLOP/s counts the multiply-adds of the visible half under a causal mask, as
-//! flash-attention's benchmarks do). On NVIDIA it first runs the tile-abstraction kernel (AMD's
-//! matrix prefill, `AttnKernel::Tiles`) in CDNA's and RDNA's shapes (`tiles_shapes`), so that
-//! the loop structure RDNA compiles is checked on the GPU at hand.
+//! flash-attention's benchmarks do). On NVIDIA it also runs the tile-abstraction kernel (AMD's
+//! matrix prefill, `AttnKernel::Tiles`) through the library (CDNA's shape) and compiled in
+//! RDNA's shape (`tiles_rdna_shape`), so that the loop structure RDNA compiles is checked on the
+//! GPU at hand.
 //!
 //! ```sh
 //! cargo run --release -p rocm-kernels --no-default-features --example tune_attention -- [SEQ [full]]
@@ -430,36 +431,67 @@ fn main() -> Result<(), Box<dyn Error>> {
         .collect();
     let operand = [n, HEADS * HEAD_DIM, HEAD_DIM];
     let p = at::prefill_kernel_params(&shape, &AttnOptions::new(scale, causal), [operand; 4])?;
+    let mut jobs: Vec<PrefillJob> = configs()
+        .into_iter()
+        .map(|(name, defines)| PrefillJob::nvidia(name, defines))
+        .collect();
     if d.platform() == hip_core::Platform::Nvidia {
-        tiles_shapes(d, &s, &source, p, (&q, &k, &v), &mut o, &want, seq, flops)?;
+        // The tile-abstraction kernel (AMD's matrix prefill, `attn_prefill_tiles_*` on NVIDIA) in
+        // RDNA's shape: Q in shared memory, read one head-dim step at a time, 32 keys a tile (its
+        // CDNA shape is the `tiles` line above). The instructions are mma.sync's, so this checks
+        // RDNA's loop structure, not its WMMA.
+        jobs.push(PrefillJob {
+            name: "tiles_rdna_shape",
+            defines: "AT_MMA_Q_SHARED=1 AT_MMA_BN=32",
+            kernel: "attn_prefill_tiles_bf16_d128",
+            rows: 64, // AT_MMA_BM: 4 waves of 16 rows
+            threads: 128,
+            shared: 0,
+        });
     }
-    for (name, defines) in configs() {
+    for job in &jobs {
+        let name = job.name;
         let t = std::time::Instant::now();
-        let Some(module) = compile_config(d, &format!("tune_attn_{name}"), defines, &source) else {
+        let Some(module) = compile_config(d, &format!("tune_attn_{name}"), job.defines, &source)
+        else {
             continue;
         };
-        let f = module.function("attn_prefill_mma_bf16_d128")?;
+        let f = module.function(job.kernel)?;
         let a = f.attributes();
-        let waves = define_of(defines, "AT_NV_WAVES", 4);
-        let row_tiles = define_of(defines, "AT_NV_RT", 2);
-        let keys = define_of(defines, "AT_NV_BN", 64);
-        let rows = 16 * row_tiles * waves;
-        // AT_NV_SHARED in attention.hip.
-        let shared =
-            ((2 * keys + if row_tiles > 1 { rows } else { 0 }) * (HEAD_DIM + 8) * 2) as u32;
-        if let Err(e) = f.allow_dynamic_shared(shared) {
-            println!("{name}: {shared} bytes of shared memory refused: {e}");
-            continue;
+        if job.shared > 0 {
+            if let Err(e) = f.allow_dynamic_shared(job.shared) {
+                println!("{name}: {} bytes of shared memory refused: {e}", job.shared);
+                continue;
+            }
         }
         let cfg = LaunchConfig {
-            grid: [seq.div_ceil(rows) as u32, HEADS as u32, 1],
-            block: [32 * waves as u32, 1, 1],
-            shared_mem_bytes: shared,
+            grid: [seq.div_ceil(job.rows) as u32, HEADS as u32, 1],
+            block: [job.threads, 1, 1],
+            shared_mem_bytes: job.shared,
         };
-        let ms = time_prefill(d, &s, &f, cfg, p, (&q, &k, &v), &mut o)?;
+        o.as_mut_slice().memset_async(0xFF)?;
+        let mut launch = || {
+            let mut out = o.as_mut_slice();
+            let b = f
+                .builder(&s, cfg)
+                .arg(p)
+                .arg(q.as_slice())
+                .arg(k.as_slice())
+                .arg(v.as_slice())
+                .arg(NullPtr)
+                .arg(NullPtr)
+                .arg(NullPtr)
+                .arg(&mut out);
+            // SAFETY: the kernel's contract (kernels/attention.hip), in the order
+            // `prefill_kernel_params` documents: q, k, v and o hold 1 x seq x HEADS x HEAD_DIM
+            // elements at the strides in `p`; no mask, no offsets (so the error record is never
+            // touched); `cfg` is the job's block shape with the shared memory it was allowed.
+            unsafe { b.arg(NullPtr).launch().unwrap() };
+        };
+        let ms = time_ms(d, &s, REPS, &mut launch)?;
         let err = max_diff(&o.to_host_vec()?, &want);
         println!(
-            "{name:9} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e}; {} registers, {} local bytes, compiled in {:.1}s)",
+            "{name:16} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e}; {} registers, {} local bytes, compiled in {:.1}s)",
             ms,
             flops / ms / 1e9,
             a.num_regs,
@@ -468,94 +500,6 @@ fn main() -> Result<(), Box<dyn Error>> {
         );
     }
     Ok(())
-}
-
-/// The tile-abstraction prefill (AMD's matrix kernel, `attn_prefill_tiles_bf16_d128` on NVIDIA)
-/// compiled in the shapes it takes on AMD: CDNA's (Q's fragments in registers, 64 keys a tile,
-/// as the library runs it on NVIDIA) and RDNA's (Q in shared memory, read one head-dim step at
-/// a time, 32 keys a tile), each checked against the portable kernel's output and timed. On
-/// NVIDIA the instructions are mma.sync's, so this runs RDNA's loop structure, not its WMMA.
-#[allow(clippy::too_many_arguments)]
-fn tiles_shapes<P: hip_core::KernelArg + Copy>(
-    d: Device,
-    s: &Stream,
-    source: &str,
-    p: P,
-    (q, k, v): (
-        &hip_core::DeviceBuffer<bf16>,
-        &hip_core::DeviceBuffer<bf16>,
-        &hip_core::DeviceBuffer<bf16>,
-    ),
-    o: &mut hip_core::DeviceBuffer<bf16>,
-    want: &[bf16],
-    seq: usize,
-    flops: f64,
-) -> Result<(), Box<dyn Error>> {
-    const ROWS: usize = 64; // AT_MMA_BM: 4 waves of 16 rows
-    for (name, defines) in [
-        ("tiles_cdna_shape", ""),
-        ("tiles_rdna_shape", "AT_MMA_Q_SHARED=1 AT_MMA_BN=32"),
-    ] {
-        let Some(module) = compile_config(d, &format!("tune_attn_{name}"), defines, source) else {
-            continue;
-        };
-        let f = module.function("attn_prefill_tiles_bf16_d128")?;
-        let a = f.attributes();
-        let cfg = LaunchConfig {
-            grid: [seq.div_ceil(ROWS) as u32, HEADS as u32, 1],
-            block: [128, 1, 1],
-            shared_mem_bytes: 0,
-        };
-        let ms = time_prefill(d, s, &f, cfg, p, (q, k, v), o)?;
-        let err = max_diff(&o.to_host_vec()?, want);
-        println!(
-            "{name:17} {:8.3} ms {:6.1} TFLOP/s (max difference to portable {err:.2e}; {} registers, {} local bytes)",
-            ms,
-            flops / ms / 1e9,
-            a.num_regs,
-            a.local_size_bytes
-        );
-    }
-    Ok(())
-}
-
-/// Milliseconds per launch of the prefill kernel `f` (compiled at run time from attention.hip)
-/// over `cfg`, with the first arguments `p`, q, k, v and the output `o` (poisoned first); no
-/// mask, no sequence offsets.
-fn time_prefill<P: hip_core::KernelArg + Copy>(
-    d: Device,
-    s: &Stream,
-    f: &hip_core::Function,
-    cfg: LaunchConfig,
-    p: P,
-    (q, k, v): (
-        &hip_core::DeviceBuffer<bf16>,
-        &hip_core::DeviceBuffer<bf16>,
-        &hip_core::DeviceBuffer<bf16>,
-    ),
-    o: &mut hip_core::DeviceBuffer<bf16>,
-) -> Result<f64, Box<dyn Error>> {
-    o.as_mut_slice().memset_async(0xFF)?;
-    let mut launch = || {
-        let mut out = o.as_mut_slice();
-        let b = f
-            .builder(s, cfg)
-            .arg(p)
-            .arg(q.as_slice())
-            .arg(k.as_slice())
-            .arg(v.as_slice())
-            .arg(NullPtr)
-            .arg(NullPtr)
-            .arg(NullPtr)
-            .arg(&mut out);
-        // SAFETY: the callers launch `attn_prefill_mma_*` / `attn_prefill_tiles_*` with `p` from
-        // `prefill_kernel_params` for this problem, the kernel's contract (kernels/attention.hip)
-        // in that order: q, k, v and o hold 1 x seq x HEADS x HEAD_DIM elements at the strides in
-        // `p`; no mask, no offsets (so the error record is never touched); `cfg` is the kernel's
-        // block shape with the dynamic shared memory it was allowed.
-        unsafe { b.arg(NullPtr).launch().unwrap() };
-    };
-    time_ms(d, s, REPS, &mut launch)
 }
 
 /// `source` compiled at run time as module `program` with `defines` (`NAME=VALUE` separated by
@@ -575,6 +519,36 @@ fn compile_config(
         Err(e) => {
             println!("{program}: compile failed: {e}");
             None
+        }
+    }
+}
+
+/// One compiled prefill configuration to time: its defines, the kernel it launches and that
+/// kernel's launch shape (query rows and threads a block, dynamic shared memory).
+struct PrefillJob {
+    name: &'static str,
+    defines: &'static str,
+    kernel: &'static str,
+    rows: usize,
+    threads: u32,
+    shared: u32,
+}
+
+impl PrefillJob {
+    /// NVIDIA's matrix prefill with the `AT_NV_*` parameters in `defines`.
+    fn nvidia(name: &'static str, defines: &'static str) -> Self {
+        let waves = define_of(defines, "AT_NV_WAVES", 4);
+        let row_tiles = define_of(defines, "AT_NV_RT", 2);
+        let keys = define_of(defines, "AT_NV_BN", 64);
+        let rows = 16 * row_tiles * waves;
+        PrefillJob {
+            name,
+            defines,
+            kernel: "attn_prefill_mma_bf16_d128",
+            rows,
+            threads: 32 * waves as u32,
+            // AT_NV_SHARED in attention.hip.
+            shared: ((2 * keys + if row_tiles > 1 { rows } else { 0 }) * (HEAD_DIM + 8) * 2) as u32,
         }
     }
 }
