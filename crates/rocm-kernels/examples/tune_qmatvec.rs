@@ -74,6 +74,8 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("teams4", "QS_TEAMS=4"),
         ("k_parts4", "QS_P_K=4"),
         ("unroll2", "QS_UNROLL=2"),
+        ("hold0", "QS_HOLD=0"),
+        ("hold_mb1", "QS_MIN_BLOCKS=1"),
     ];
     match std::env::var("TUNE_CONFIGS") {
         Ok(names) => {

@@ -867,10 +867,11 @@ __device__ __forceinline__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u
 //     output for the m rows (16-byte aligned); the weights of q4k and q5k are 16-byte aligned.
 //
 // Each type's `qi_*` struct splits a block into PARTS lane-sized parts: `load(block, part, W&)`
-// reads a part's weights into registers, unpacked to signed bytes, `dot(W, q, ds, part)` gives
-// its share of the block's product with activations q (the block's first element) and ds (its
-// first 32-element activation block); the shares of a block's parts sum to the block's product.
-// `dot<HP>` reads activations laid out with HP bytes of padding after every 128 (see
+// reads a part's weights into registers, unpacked to signed bytes, `qi_dot<Q, HP>(W, q, ds,
+// part)` gives its share of the block's product with activations q (the block's first element)
+// and ds (its first 32-element activation block; `acts` loads them, `dot_x` multiplies); the
+// shares of a block's parts sum to the block's product.
+// HP: activations laid out with HP bytes of padding after every 128 (see
 // qs_apad: the staged kernel's shared-memory copy, padded by the type's SPAD so that the lanes
 // of one load instruction read distinct shared-memory banks); 256-element blocks then have HP
 // bytes between their halves, and the caller's q already counts the padding before the block.
@@ -878,6 +879,18 @@ __device__ __forceinline__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u
 #ifndef QI_UNROLL_PRAGMA
 #define QI_UNROLL_PRAGMA _Pragma("unroll 2")
 #endif
+
+// Integer sums become floats through their bit patterns instead of conversion instructions
+// (NVIDIA converts an int to a float at a quarter of its integer rate, 16 a clock per
+// multiprocessor): a dot-product accumulator started at QI_MAGIC, the bits of 1.5 * 2^23, holds
+// that float plus the sum, exactly while |sum| < 2^22 (every part's sum is far below), and one
+// subtraction gives the sum's float, the value a conversion would give.
+#define QI_MAGIC 0x4B400000
+__device__ __forceinline__ float qi_unmagic(int acc) { return __int_as_float(acc) - 12582912.0f; }
+// The float of an unsigned byte value v < 256 (the bits of 2^23 + v, minus 2^23).
+__device__ __forceinline__ float qi_u8_float(u32 v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
+// The float of a signed byte value (the low 8 bits of v).
+__device__ __forceinline__ float qi_s8_float(u32 v) { return qi_unmagic(QI_MAGIC + (int)(signed char)(u8)v); }
 
 // The sum over t < 4 of the signed bytes t of a and b, plus c.
 __device__ __forceinline__ int qi_dot4(int a, int b, int c) {
@@ -949,6 +962,47 @@ __device__ __forceinline__ int qi_spread4(u32 t) { return (int)(((t * 0x00204081
 // Each byte (0 .. 63) minus 32, as signed bytes, without borrows between bytes.
 __device__ __forceinline__ int qi_sub32(u32 v) { return (int)(((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u); }
 
+// What a part's dot product reads of the rounded activations (each type's X): `Q::acts<HP>(q,
+// ds, part, x)` loads it (from shared or global memory), `Q::dot_x(w, x, part)` multiplies it
+// with the part's weights. Split so that a lane can keep its activations in registers across
+// weight rows (qs_matvec's held items); `qi_dot` is the two in a row.
+// The 32-element 4- and 5-bit types: a part's low-nibble and high-nibble activations (elements
+// 4 part NI .. and 16 + 4 part NI ..) and the block's (d, d * sum q).
+template <int NI> struct qi_x_lohi {
+    int xl[NI], xh[NI];
+    float2 a;
+    __device__ __forceinline__ void load(const signed char* q, const float2* ds, int part) {
+        qi_xs<NI>(q, 4 * part * NI, xl);
+        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
+        a = ds[0];
+    }
+    // sum_i dot4(lo[i], xl[i]) + dot4(hi[i], xh[i]), started at QI_MAGIC.
+    __device__ __forceinline__ int dot(const int* lo, const int* hi) const {
+        int s = QI_MAGIC;
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            s = qi_dot4(lo[i], xl[i], s);
+            s = qi_dot4(hi[i], xh[i], s);
+        }
+        return s;
+    }
+};
+// The 256-element types whose parts take LP = 4 NI elements of each of the four 32-element rows
+// of half h of the block (q2k, q3k, q6k): those rows' activations and their d.
+template <int P, int NI> struct qi_x_rows {
+    int x[4][NI];
+    float d[4];
+    template <int HP>
+    __device__ __forceinline__ void load(const signed char* q, const float2* ds, int part) {
+        const int h = part / (P / 2), l0 = (part % (P / 2)) * (4 * NI);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            qi_xs<NI>(q, (128 + HP) * h + 32 * j + l0, x[j]);  // 4 NI-byte aligned (l0 a multiple of 4 NI)
+            d[j] = ds[4 * h + j].x;
+        }
+    }
+};
+
 // q4_0: part p holds qs ints p * NI .. (4 bytes = 4 low-nibble and 4 high-nibble values).
 template <int P> struct qi_q4_0 {
     enum { QK = 32, BYTES = 18, PARTS = P, NI = 4 / P, SPAD = 16 };
@@ -977,19 +1031,14 @@ template <int P> struct qi_q4_0 {
             w.hi[i] = (int)(((u32)v[i] >> 4) & 0x0F0F0F0Fu);
         }
     }
+    typedef qi_x_lohi<NI> X;
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
-        int xl[NI], xh[NI];
-        qi_xs<NI>(q, 4 * part * NI, xl);
-        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            s = qi_dot4(w.lo[i], xl[i], s);
-            s = qi_dot4(w.hi[i], xh[i], s);
-        }
-        const float2 a = ds[0];
-        return w.d * (a.x * (float)s - (8.0f / P) * a.y);
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
+        x.load(q, ds, part);
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+        const int s = x.dot(w.lo, w.hi);
+        return w.d * (x.a.x * qi_unmagic(s) - (8.0f / P) * x.a.y);
     }
 };
 
@@ -1006,19 +1055,14 @@ template <int P> struct qi_q4_1 {
             w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu);
         }
     }
+    typedef qi_x_lohi<NI> X;
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
-        int xl[NI], xh[NI];
-        qi_xs<NI>(q, 4 * part * NI, xl);
-        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            s = qi_dot4(w.lo[i], xl[i], s);
-            s = qi_dot4(w.hi[i], xh[i], s);
-        }
-        const float2 a = ds[0];
-        return w.d * a.x * (float)s + (w.m / P) * a.y;
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
+        x.load(q, ds, part);
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+        const int s = x.dot(w.lo, w.hi);
+        return w.d * x.a.x * qi_unmagic(s) + (w.m / P) * x.a.y;
     }
 };
 
@@ -1039,19 +1083,14 @@ template <int P> struct qi_q5_0 {
             w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu) | qi_spread4((qh >> (16 + j)) & 0xFu);
         }
     }
+    typedef qi_x_lohi<NI> X;
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
-        int xl[NI], xh[NI];
-        qi_xs<NI>(q, 4 * part * NI, xl);
-        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            s = qi_dot4(w.lo[i], xl[i], s);
-            s = qi_dot4(w.hi[i], xh[i], s);
-        }
-        const float2 a = ds[0];
-        return w.d * (a.x * (float)s - (16.0f / P) * a.y);
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
+        x.load(q, ds, part);
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+        const int s = x.dot(w.lo, w.hi);
+        return w.d * (x.a.x * qi_unmagic(s) - (16.0f / P) * x.a.y);
     }
 };
 
@@ -1070,19 +1109,14 @@ template <int P> struct qi_q5_1 {
             w.hi[i] = (int)((v >> 4) & 0x0F0F0F0Fu) | qi_spread4((qh >> (16 + j)) & 0xFu);
         }
     }
+    typedef qi_x_lohi<NI> X;
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
-        int xl[NI], xh[NI];
-        qi_xs<NI>(q, 4 * part * NI, xl);
-        qi_xs<NI>(q, 16 + 4 * part * NI, xh);
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < NI; ++i) {
-            s = qi_dot4(w.lo[i], xl[i], s);
-            s = qi_dot4(w.hi[i], xh[i], s);
-        }
-        const float2 a = ds[0];
-        return w.d * a.x * (float)s + (w.m / P) * a.y;
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
+        x.load(q, ds, part);
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+        const int s = x.dot(w.lo, w.hi);
+        return w.d * x.a.x * qi_unmagic(s) + (w.m / P) * x.a.y;
     }
 };
 
@@ -1099,33 +1133,37 @@ template <int P, int BYTES_, int OFF, bool A4> struct qi_q8 {
             qi_words<NI>(b + OFF + 4 * part * NI, w.v);
         }
     }
+    struct X { int x[NI]; float d; };
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
-        int x[NI];
-        qi_xs<NI>(q, 4 * part * NI, x);
-        int s = 0;
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
+        qi_xs<NI>(q, 4 * part * NI, x.x);
+        x.d = ds[0].x;
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+        int s = QI_MAGIC;
 #pragma unroll
-        for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[i], x[i], s);
-        return w.d * ds[0].x * (float)s;
+        for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[i], x.x[i], s);
+        return w.d * x.d * qi_unmagic(s);
     }
 };
 template <int P> using qi_q8_0 = qi_q8<P, 34, 2, false>;
 template <int P> using qi_q8_1 = qi_q8<P, 36, 4, true>;
 
-// The 6-bit scales and mins of q4k/q5k sub-blocks 2c and 2c + 1 (12 scale bytes at s).
-__device__ __forceinline__ void qi_scales_k4(const u8* s, int c, float* sc, float* mn) {
-    const u32 a = ((const unsigned short*)s)[c];      // bytes 2c, 2c + 1
-    const u32 b = ((const unsigned short*)s)[c + 2];  // bytes 2c + 4, 2c + 5
-    if (c < 2) {
-        sc[0] = (float)(a & 63); sc[1] = (float)((a >> 8) & 63);
-        mn[0] = (float)(b & 63); mn[1] = (float)((b >> 8) & 63);
-    } else {
-        const u32 l = ((const unsigned short*)s)[c - 2];  // bytes 2c - 4, 2c - 3
-        sc[0] = (float)((b & 0xF) | (((l >> 6) & 3) << 4));
-        sc[1] = (float)(((b >> 8) & 0xF) | (((l >> 14) & 3) << 4));
-        mn[0] = (float)(((b >> 4) & 0xF) | (((a >> 6) & 3) << 4));
-        mn[1] = (float)(((b >> 12) & 0xF) | (((a >> 14) & 3) << 4));
-    }
+// The 6-bit scales and mins of q4k/q5k sub-blocks 2c and 2c + 1 from the 12 scale bytes as
+// three little-endian words s0, s1, s2, without branches (a team's lanes take different c).
+// Sub-blocks 0-3 hold their scales in bytes 0-3 and mins in 4-7 (6 bits each); sub-blocks 4-7
+// their low 4 bits in the nibbles of bytes 8-11 and their top 2 bits in bits 6-7 of bytes 0-7.
+__device__ __forceinline__ void qi_scales_k4(u32 s0, u32 s1, u32 s2, int c, float* sc, float* mn) {
+    const u32 sh = 16u * (u32)(c & 1);  // the pair's two bytes in the low half
+    const bool high = c >= 2;
+    const u32 low_mask = high ? 0x0F0Fu : 0x3F3Fu, top_mask = high ? 0x3030u : 0u;
+    const u32 s0h = s0 >> sh, s1h = s1 >> sh, s2h = s2 >> sh;
+    const u32 scp = ((high ? s2h : s0h) & low_mask) | ((s0h >> 2) & top_mask);
+    const u32 mnp = ((high ? s2h >> 4 : s1h) & low_mask) | ((s1h >> 2) & top_mask);
+    sc[0] = qi_u8_float(scp & 0xFFu);
+    sc[1] = qi_u8_float((scp >> 8) & 0xFFu);
+    mn[0] = qi_u8_float(mnp & 0xFFu);
+    mn[1] = qi_u8_float((mnp >> 8) & 0xFFu);
 }
 
 // q4k (HB = false) and q5k (HB = true): part p covers qs bytes p * BP .. of pair c = p * BP / 32
@@ -1137,9 +1175,10 @@ template <int P, bool HB> struct qi_qk45 {
     struct W { float d, dmin, sc[2], mn[2]; int lo[NI], hi[NI]; };
     static __device__ __forceinline__ void load(const u8* b, int part, W& w) {
         const int c = part * BP / 32, l0 = part * BP % 32;
-        w.d = qk_f16(b);
-        w.dmin = qk_f16(b + 2);
-        qi_scales_k4(b + 4, c, w.sc, w.mn);
+        const uint4 head = *(const uint4*)b;  // d, dmin, then the 12 scale bytes
+        w.d = qk_f16_bits(head.x);
+        w.dmin = qk_f16_bits(head.x >> 16);
+        qi_scales_k4(head.y, head.z, head.w, c, w.sc, w.mn);
         const u8* qs = b + (HB ? 48 : 16) + part * BP;
 #pragma unroll
         for (int i = 0; i < NI; i += 4) {
@@ -1157,28 +1196,26 @@ template <int P, bool HB> struct qi_qk45 {
             }
         }
     }
+    struct X { int xl[NI], xh[NI]; float4 a; };
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
         const int c = part * BP / 32, l0 = part * BP % 32;
-        int slo = 0, shi = 0;
+        // 16 activation bytes per load (the offsets are multiples of 16).
+        qi_xs<NI>(q, 64 * c + HP * (c >> 1) + l0, x.xl);
+        qi_xs<NI>(q, 64 * c + HP * (c >> 1) + 32 + l0, x.xh);
+        // The two sub-blocks' (d, d * sum q) pairs in one 16-byte load (ds is 16-byte aligned).
+        x.a = *(const float4*)(ds + 2 * c);
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+        int slo = QI_MAGIC, shi = QI_MAGIC;
 #pragma unroll
-        for (int i = 0; i < NI; i += 4) {
-            // 16 activation bytes per load (the offsets are multiples of 16).
-            const int4 xl = *(const int4*)(q + 64 * c + HP * (c >> 1) + l0 + 4 * i);
-            const int4 xh = *(const int4*)(q + 64 * c + HP * (c >> 1) + 32 + l0 + 4 * i);
-            slo = qi_dot4(w.lo[i], xl.x, slo);
-            slo = qi_dot4(w.lo[i + 1], xl.y, slo);
-            slo = qi_dot4(w.lo[i + 2], xl.z, slo);
-            slo = qi_dot4(w.lo[i + 3], xl.w, slo);
-            shi = qi_dot4(w.hi[i], xh.x, shi);
-            shi = qi_dot4(w.hi[i + 1], xh.y, shi);
-            shi = qi_dot4(w.hi[i + 2], xh.z, shi);
-            shi = qi_dot4(w.hi[i + 3], xh.w, shi);
+        for (int i = 0; i < NI; ++i) {
+            slo = qi_dot4(w.lo[i], x.xl[i], slo);
+            shi = qi_dot4(w.hi[i], x.xh[i], shi);
         }
-        const float2 a0 = ds[2 * c], a1 = ds[2 * c + 1];
         const float frac = (float)BP / 32.0f;
-        return w.d * (w.sc[0] * a0.x * (float)slo + w.sc[1] * a1.x * (float)shi) -
-               w.dmin * frac * (w.mn[0] * a0.y + w.mn[1] * a1.y);
+        return w.d * (w.sc[0] * x.a.x * qi_unmagic(slo) + w.sc[1] * x.a.z * qi_unmagic(shi)) -
+               w.dmin * frac * (w.mn[0] * x.a.y + w.mn[1] * x.a.w);
     }
 };
 template <int P> using qi_q4k = qi_qk45<P, false>;
@@ -1205,8 +1242,8 @@ template <int P> struct qi_q2k {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const u32 sc = b[8 * h + 2 * j + l0 / 16];
-            w.sc[j] = (float)(sc & 0xF);
-            w.mn[j] = (float)(sc >> 4);
+            w.sc[j] = qi_u8_float(sc & 0xF);
+            w.mn[j] = qi_u8_float(sc >> 4);
         }
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
@@ -1215,22 +1252,23 @@ template <int P> struct qi_q2k {
             for (int j = 0; j < 4; ++j) w.v[j][i] = (int)((q >> (2 * j)) & 0x03030303u);
         }
     }
+    typedef qi_x_rows<P, NI> X;
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
-        const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
+        x.template load<HP>(q, ds, part);
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
         float acc = 0.0f, mins = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            int s = 0, sx = 0, x[NI];
-            qi_xs<NI>(q, (128 + HP) * h + 32 * j + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
+            int s = QI_MAGIC, sx = QI_MAGIC;
 #pragma unroll
             for (int i = 0; i < NI; ++i) {
-                s = qi_dot4(w.v[j][i], x[i], s);
-                sx = qi_dot4(0x01010101, x[i], sx);
+                s = qi_dot4(w.v[j][i], x.x[j][i], s);
+                sx = qi_dot4(0x01010101, x.x[j][i], sx);
             }
-            const float dx = ds[4 * h + j].x;
-            acc += w.sc[j] * dx * (float)s;
-            mins += w.mn[j] * dx * (float)sx;
+            acc += w.sc[j] * x.d[j] * qi_unmagic(s);
+            mins += w.mn[j] * x.d[j] * qi_unmagic(sx);
         }
         return w.d * acc - w.dmin * mins;
     }
@@ -1251,7 +1289,7 @@ template <int P> struct qi_q3k {
             const int i = 8 * h + 2 * j + l0 / 16;
             const u32 lo = i < 8 ? (qi_byte12(s0, s1, s2, i) & 0xF) : (qi_byte12(s0, s1, s2, i - 8) >> 4);
             const u32 hi = (qi_byte12(s0, s1, s2, 8 + (i & 3)) >> (2 * (i >> 2))) & 3;
-            w.sc[j] = (float)((int)(lo | (hi << 4)) - 32);
+            w.sc[j] = qi_unmagic(QI_MAGIC + (int)(lo | (hi << 4)) - 32);
         }
         int qv[NI], mv[NI];
         qi_words<NI>(b + 32 + 32 * h + l0, qv);
@@ -1268,17 +1306,19 @@ template <int P> struct qi_q3k {
             }
         }
     }
+    typedef qi_x_rows<P, NI> X;
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
-        const int h = part / (P / 2), l0 = (part % (P / 2)) * LP;
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
+        x.template load<HP>(q, ds, part);
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            int s = 0, x[NI];
-            qi_xs<NI>(q, (128 + HP) * h + 32 * j + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
+            int s = QI_MAGIC;
 #pragma unroll
-            for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[j][i], x[i], s);
-            acc += w.sc[j] * ds[4 * h + j].x * (float)s;
+            for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[j][i], x.x[j][i], s);
+            acc += w.sc[j] * x.d[j] * qi_unmagic(s);
         }
         return w.d * acc;
     }
@@ -1298,7 +1338,7 @@ template <int P> struct qi_q6k {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const u32 s2 = ((const unsigned short*)(b + 192 + 8 * nh))[i];
-            w.sc[i] = (float)(signed char)(u8)(s2 >> (8 * (l0 / 16)));
+            w.sc[i] = qi_s8_float(s2 >> (8 * (l0 / 16)));
         }
         int lav[NI], lbv[NI], hv[NI];
         qi_words<NI>(b + 64 * nh + l0, lav);
@@ -1315,23 +1355,33 @@ template <int P> struct qi_q6k {
             w.v[3][i] = qi_sub32(((lb >> 4) & 0x0F0F0F0Fu) | (((h >> 6) & 0x03030303u) << 4));
         }
     }
+    typedef qi_x_rows<P, NI> X;
     template <int HP = 0>
-    static __device__ __forceinline__ float dot(const W& w, const signed char* q, const float2* ds, int part) {
-        const int nh = part / (P / 2), l0 = (part % (P / 2)) * LP;
-        int s[4] = {0, 0, 0, 0};
+    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
+        x.template load<HP>(q, ds, part);
+    }
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+        int s[4] = {QI_MAGIC, QI_MAGIC, QI_MAGIC, QI_MAGIC};
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-            int x[NI];
-            qi_xs<NI>(q, (128 + HP) * nh + 32 * r + l0, x);  // 4 NI-byte aligned (l0 a multiple of LP)
 #pragma unroll
-            for (int i = 0; i < NI; ++i) s[r] = qi_dot4(w.v[r][i], x[i], s[r]);
+            for (int i = 0; i < NI; ++i) s[r] = qi_dot4(w.v[r][i], x.x[r][i], s[r]);
         }
         float acc = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc += w.sc[i] * ds[4 * nh + i].x * (float)s[i];
+        for (int i = 0; i < 4; ++i) acc += w.sc[i] * x.d[i] * qi_unmagic(s[i]);
         return w.d * acc;
     }
 };
+
+// Part `part` of a block's product with the activations q (the block's first, HP bytes of padding
+// after every 128) and ds (its first 32-element block's pair).
+template <typename Q, int HP = 0>
+__device__ __forceinline__ float qi_dot(const typename Q::W& w, const signed char* q, const float2* ds, int part) {
+    typename Q::X x;
+    Q::template acts<HP>(q, ds, part, x);
+    return Q::dot_x(w, x, part);
+}
 
 // 4 consecutive activations (aligned to 4 elements) as f32.
 __device__ __forceinline__ void qi_load4(const f32* x, float* v) {
@@ -1456,7 +1506,10 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     const u32 col0 = blockIdx.x * QI_CPB;
     const u32 cols = min((u32)QI_CPB, n - col0);
     const u64 row_bytes = (u64)(k / Q::QK) * Q::BYTES;
-    const u32 items = k / Q::QK * Q::PARTS;
+    const u32 blocks = k / Q::QK;
+    // Items (block, part) t, t + QI_BLOCK, ...: the part is the thread's own.
+    static_assert(QI_BLOCK % Q::PARTS == 0, "parts divide the block");
+    const int part = (int)(threadIdx.x % Q::PARTS);
     float acc[QK_MAX_M][QI_CPB];
 #pragma unroll
     for (int r = 0; r < QK_MAX_M; ++r)
@@ -1464,9 +1517,7 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
         for (int c = 0; c < QI_CPB; ++c) acc[r][c] = 0.0f;
     const u8* w0 = w + (u64)col0 * row_bytes;
     QI_UNROLL_PRAGMA
-    for (u32 it = threadIdx.x; it < items; it += QI_BLOCK) {
-        const u32 blk = it / Q::PARTS;
-        const int part = (int)(it % Q::PARTS);
+    for (u32 blk = threadIdx.x / Q::PARTS; blk < blocks; blk += QI_BLOCK / Q::PARTS) {
         typename Q::W wv[QI_CPB];
 #pragma unroll
         for (u32 c = 0; c < QI_CPB; ++c)
@@ -1478,7 +1529,7 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                 const float2* ds = xds + (u64)r * (k / 32) + (u64)blk * (Q::QK / 32);
 #pragma unroll
                 for (u32 c = 0; c < QI_CPB; ++c)
-                    if (c < cols) acc[r][c] += Q::dot(wv[c], q, ds, part);
+                    if (c < cols) acc[r][c] += qi_dot<Q>(wv[c], q, ds, part);
             }
         }
     }
@@ -1548,6 +1599,16 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 // Activation groups (of 4) each thread loads before rounding them.
 #ifndef QS_ROUND_BATCH
 #define QS_ROUND_BATCH 4
+#endif
+// 1: rows of one stage keep a lane's activations in registers (qs_matvec's held items). On
+// NVIDIA (measured on an H200, quantized.md); AMD's kernels read them from LDS as before: the
+// held items cost 30-60 more registers, which on AMD would mean fewer waves, not yet measured.
+#ifndef QS_HOLD
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#define QS_HOLD 1
+#else
+#define QS_HOLD 0
+#endif
 #endif
 // One item of the stage loop at a time (measured: unrolling by 2 or 4 was slower).
 #ifndef QS_UNROLL
@@ -1728,6 +1789,10 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     if (MAXM == 1) m = 1;
     extern __shared__ __attribute__((aligned(16))) u8 qs_smem[];
     const int lane = (int)(threadIdx.x % QK_TEAM), team = (int)(threadIdx.x / QK_TEAM);
+    // A team's items (block, part) are lane, lane + 32, ...: each lane keeps one part (and
+    // whatever of it does not depend on the block, such as q4k's scale positions).
+    static_assert(QK_TEAM % Q::PARTS == 0, "parts divide a team");
+    const int part = lane % Q::PARTS;
     // The activations, padded (see qs_apad): byte e of the m rows of k lies at act_at(e).
     enum { SP = Q::SPAD };
     const u32 arow = qs_arow<SP>(k);
@@ -1843,6 +1908,22 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     }
     __syncthreads();
 
+    // Held items: where a row is one stage (k <= SB QK: every row of a 4096-column product), a
+    // lane's items are the same blocks of every row, so one row's activations are loaded into
+    // registers once (`Q::acts`) instead of from shared memory for every weight row. Types whose
+    // held activations would take more than 48 registers (q2k, q3k) read them every time.
+    enum { HOLD_ITEMS = SB * Q::PARTS / QK_TEAM };
+    enum { HOLD = QS_HOLD && MAXM == 1 && HOLD_ITEMS * sizeof(typename Q::X) <= 48 * 4 };
+    const bool held = HOLD && stages == 1;
+    typename Q::X hx[HOLD ? HOLD_ITEMS : 1];
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) {
+            const u32 blk = (u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS);
+            if (blk < bpr) Q::template acts<SP>(aq + qs_apad<SP>(blk * Q::QK), ads + blk * (Q::QK / 32), part, hx[j]);
+        }
+    }
+
     float acc[MAXM];
 #pragma unroll
     for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
@@ -1861,20 +1942,31 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
             qs_team_sync();
             const u32 cur_row = pre_row[d], cur_s = pre_s[d], cur_off = pre_off[d];
             refill(d);  // in flight, with the other slots, while this stage is computed
-            const u32 items = min((u32)SB, bpr - cur_s * SB) * Q::PARTS;
+            const u32 blocks = min((u32)SB, bpr - cur_s * SB);
             const u32 blk0 = cur_s * SB;
-            QS_PRAGMA_UNROLL(QS_UNROLL)
-            for (u32 it = (u32)lane; it < items; it += QK_TEAM) {
-                const u32 blk = it / Q::PARTS;
-                const int part = (int)(it % Q::PARTS);
-                typename Q::W wv;
-                Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
+            if (held) {  // the same items, their activations in hx (cur_s = 0, blocks = bpr)
 #pragma unroll
-                for (u32 r = 0; r < MAXM; ++r) {
-                    if (r < m) {
-                        const signed char* q = aq + r * arow + qs_apad<SP>((blk0 + blk) * Q::QK);
-                        const float2* ds = ads + r * (k / 32) + (blk0 + blk) * (Q::QK / 32);
-                        acc[r] += Q::template dot<SP>(wv, q, ds, part);
+                for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) {
+                    const u32 blk = (u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS);
+                    if (blk < blocks) {
+                        typename Q::W wv;
+                        Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
+                        acc[0] += Q::dot_x(wv, hx[j], part);
+                    }
+                }
+            } else {
+                // Items (block, part) lane, lane + 32, ... of the stage: the part is the lane's own.
+                QS_PRAGMA_UNROLL(QS_UNROLL)
+                for (u32 blk = (u32)lane / Q::PARTS; blk < blocks; blk += QK_TEAM / Q::PARTS) {
+                    typename Q::W wv;
+                    Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
+#pragma unroll
+                    for (u32 r = 0; r < MAXM; ++r) {
+                        if (r < m) {
+                            const signed char* q = aq + r * arow + qs_apad<SP>((blk0 + blk) * Q::QK);
+                            const float2* ds = ads + r * (k / 32) + (blk0 + blk) * (Q::QK / 32);
+                            acc[r] += qi_dot<Q, SP>(wv, q, ds, part);
+                        }
                     }
                 }
             }
@@ -1908,7 +2000,12 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 #define QS_SB_K 16
 #endif
 
-// NVIDIA: at least QS_MIN_BLOCKS blocks per multiprocessor (the register budget follows).
+// NVIDIA: at least QS_MIN_BLOCKS blocks per multiprocessor (the register budget follows). The
+// held items need 2 (128 registers; without the bound the one-row q5k and q6k products took up
+// to 154 and only one block would be resident).
+#if defined(__HIP_PLATFORM_NVIDIA__) && QS_HOLD && !defined(QS_MIN_BLOCKS)
+#define QS_MIN_BLOCKS 2
+#endif
 #if defined(__HIP_PLATFORM_NVIDIA__) && defined(QS_MIN_BLOCKS)
 #define QS_BOUNDS __launch_bounds__(QS_TEAMS * QK_TEAM, QS_MIN_BLOCKS)
 #else
