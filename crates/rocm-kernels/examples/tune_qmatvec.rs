@@ -76,6 +76,7 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("unroll2", "QS_UNROLL=2"),
         ("hold0", "QS_HOLD=0"),
         ("hold_mb1", "QS_MIN_BLOCKS=1"),
+        ("hold_guarded", "QS_HOLD_FULL=0"),
     ];
     match std::env::var("TUNE_CONFIGS") {
         Ok(names) => {

@@ -1610,6 +1610,10 @@ __device__ __forceinline__ void qi_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 #define QS_HOLD 0
 #endif
 #endif
+// 1: held items of a full stage are computed without a branch around each (see qs_matvec).
+#ifndef QS_HOLD_FULL
+#define QS_HOLD_FULL 1
+#endif
 // One item of the stage loop at a time (measured: unrolling by 2 or 4 was slower).
 #ifndef QS_UNROLL
 #define QS_UNROLL 1
@@ -1944,7 +1948,17 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
             refill(d);  // in flight, with the other slots, while this stage is computed
             const u32 blocks = min((u32)SB, bpr - cur_s * SB);
             const u32 blk0 = cur_s * SB;
-            if (held) {  // the same items, their activations in hx (cur_s = 0, blocks = bpr)
+            if (held && QS_HOLD_FULL && blocks == SB) {
+                // A full stage: every lane has all its items, so their weights are read from
+                // shared memory together, without a branch around each item, and the items'
+                // arithmetic interleaves (the same order of sums).
+                typename Q::W wv[HOLD ? HOLD_ITEMS : 1];
+#pragma unroll
+                for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j)
+                    Q::load(stage + cur_off + ((u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS)) * Q::BYTES, part, wv[j]);
+#pragma unroll
+                for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) acc[0] += Q::dot_x(wv[j], hx[j], part);
+            } else if (held) {  // the same items, their activations in hx (cur_s = 0, blocks = bpr)
 #pragma unroll
                 for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) {
                     const u32 blk = (u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS);
