@@ -959,11 +959,9 @@ template <int N> __device__ __forceinline__ void qi_xs(const signed char* q, int
 
 // Bits 0..3 of t moved to bit 4 of bytes 0..3 (the fifth bit of 4 consecutive 5-bit values).
 __device__ __forceinline__ int qi_spread4(u32 t) { return (int)(((t * 0x00204081u) & 0x01010101u) << 4); }
-// Each byte (0 .. 63) minus 32, as signed bytes, without borrows between bytes.
-__device__ __forceinline__ int qi_sub32(u32 v) { return (int)(((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u); }
 
 // What a part's dot product reads of the rounded activations (each type's X): `Q::acts<HP>(q,
-// ds, part, x)` loads it (from shared or global memory), `Q::dot_x(w, x, part)` multiplies it
+// ds, part, x)` loads it (from shared or global memory), `Q::dot_x(w, x)` multiplies it
 // with the part's weights. Split so that a lane can keep its activations in registers across
 // weight rows (qs_matvec's held items); `qi_dot` is the two in a row.
 // The 32-element 4- and 5-bit types: a part's low-nibble and high-nibble activations (elements
@@ -1036,7 +1034,7 @@ template <int P> struct qi_q4_0 {
     static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
         x.load(q, ds, part);
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         const int s = x.dot(w.lo, w.hi);
         return w.d * (x.a.x * qi_unmagic(s) - (8.0f / P) * x.a.y);
     }
@@ -1060,7 +1058,7 @@ template <int P> struct qi_q4_1 {
     static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
         x.load(q, ds, part);
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         const int s = x.dot(w.lo, w.hi);
         return w.d * x.a.x * qi_unmagic(s) + (w.m / P) * x.a.y;
     }
@@ -1088,7 +1086,7 @@ template <int P> struct qi_q5_0 {
     static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
         x.load(q, ds, part);
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         const int s = x.dot(w.lo, w.hi);
         return w.d * (x.a.x * qi_unmagic(s) - (16.0f / P) * x.a.y);
     }
@@ -1114,7 +1112,7 @@ template <int P> struct qi_q5_1 {
     static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
         x.load(q, ds, part);
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         const int s = x.dot(w.lo, w.hi);
         return w.d * x.a.x * qi_unmagic(s) + (w.m / P) * x.a.y;
     }
@@ -1139,7 +1137,7 @@ template <int P, int BYTES_, int OFF, bool A4> struct qi_q8 {
         qi_xs<NI>(q, 4 * part * NI, x.x);
         x.d = ds[0].x;
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         int s = QI_MAGIC;
 #pragma unroll
         for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[i], x.x[i], s);
@@ -1206,7 +1204,7 @@ template <int P, bool HB> struct qi_qk45 {
         // The two sub-blocks' (d, d * sum q) pairs in one 16-byte load (ds is 16-byte aligned).
         x.a = *(const float4*)(ds + 2 * c);
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         int slo = QI_MAGIC, shi = QI_MAGIC;
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
@@ -1257,7 +1255,7 @@ template <int P> struct qi_q2k {
     static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
         x.template load<HP>(q, ds, part);
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         float acc = 0.0f, mins = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -1311,7 +1309,7 @@ template <int P> struct qi_q3k {
     static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
         x.template load<HP>(q, ds, part);
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -1324,9 +1322,14 @@ template <int P> struct qi_q3k {
     }
 };
 
+// Four signed bytes of -32: q6k's quants are stored as q + 32 (0 .. 63), and sum (q + 32) x - 32
+// sum x is sum q x, one dot product a word instead of subtracting 32 from each weight byte.
+#define QI_MINUS32 (int)0xE0E0E0E0u
+
 // q6k: part p covers half nh = p / (P / 2) of the block (elements 128 nh ..) and l = l0 .. l0 +
 // LP (LP = 64 / P) of each of its four 32-element rows i: ql bytes 64 nh + l (rows 0, 2) and
 // 64 nh + 32 + l (rows 1, 3), qh bytes 128 + 32 nh + l, scales 192 + 8 nh + l0 / 16 + 2 i.
+// W holds the stored 6-bit values (q + 32); dot_x takes the 32 off through QI_MINUS32.
 template <int P> struct qi_q6k {
     enum { QK = 256, BYTES = 210, PARTS = P, LP = 64 / P, NI = LP / 4, SPAD = 32 };
     // A part's LP elements of a row share one scale (16 elements each): 4 to 16 parts.
@@ -1349,10 +1352,10 @@ template <int P> struct qi_q6k {
             const u32 la = (u32)lav[i];
             const u32 lb = (u32)lbv[i];
             const u32 h = (u32)hv[i];
-            w.v[0][i] = qi_sub32((la & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4));
-            w.v[1][i] = qi_sub32((lb & 0x0F0F0F0Fu) | (((h >> 2) & 0x03030303u) << 4));
-            w.v[2][i] = qi_sub32(((la >> 4) & 0x0F0F0F0Fu) | (((h >> 4) & 0x03030303u) << 4));
-            w.v[3][i] = qi_sub32(((lb >> 4) & 0x0F0F0F0Fu) | (((h >> 6) & 0x03030303u) << 4));
+            w.v[0][i] = (int)((la & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4));
+            w.v[1][i] = (int)((lb & 0x0F0F0F0Fu) | (((h >> 2) & 0x03030303u) << 4));
+            w.v[2][i] = (int)(((la >> 4) & 0x0F0F0F0Fu) | (((h >> 4) & 0x03030303u) << 4));
+            w.v[3][i] = (int)(((lb >> 4) & 0x0F0F0F0Fu) | (((h >> 6) & 0x03030303u) << 4));
         }
     }
     typedef qi_x_rows<P, NI> X;
@@ -1360,12 +1363,15 @@ template <int P> struct qi_q6k {
     static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
         x.template load<HP>(q, ds, part);
     }
-    static __device__ __forceinline__ float dot_x(const W& w, const X& x, int) {
+    static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         int s[4] = {QI_MAGIC, QI_MAGIC, QI_MAGIC, QI_MAGIC};
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
 #pragma unroll
-            for (int i = 0; i < NI; ++i) s[r] = qi_dot4(w.v[r][i], x.x[r][i], s[r]);
+            for (int i = 0; i < NI; ++i) {
+                s[r] = qi_dot4(w.v[r][i], x.x[r][i], s[r]);
+                s[r] = qi_dot4(QI_MINUS32, x.x[r][i], s[r]);
+            }
         }
         float acc = 0.0f;
 #pragma unroll
@@ -1380,7 +1386,7 @@ template <typename Q, int HP = 0>
 __device__ __forceinline__ float qi_dot(const typename Q::W& w, const signed char* q, const float2* ds, int part) {
     typename Q::X x;
     Q::template acts<HP>(q, ds, part, x);
-    return Q::dot_x(w, x, part);
+    return Q::dot_x(w, x);
 }
 
 // 4 consecutive activations (aligned to 4 elements) as f32.
@@ -1957,7 +1963,7 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                 for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j)
                     Q::load(stage + cur_off + ((u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS)) * Q::BYTES, part, wv[j]);
 #pragma unroll
-                for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) acc[0] += Q::dot_x(wv[j], hx[j], part);
+                for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) acc[0] += Q::dot_x(wv[j], hx[j]);
             } else if (held) {  // the same items, their activations in hx (cur_s = 0, blocks = bpr)
 #pragma unroll
                 for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) {
@@ -1965,7 +1971,7 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                     if (blk < blocks) {
                         typename Q::W wv;
                         Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
-                        acc[0] += Q::dot_x(wv, hx[j], part);
+                        acc[0] += Q::dot_x(wv, hx[j]);
                     }
                 }
             } else {
