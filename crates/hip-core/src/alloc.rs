@@ -21,6 +21,13 @@
 //!   worth keeping: at least 512 bytes in the small pool, more than 1 MiB in the large and huge
 //!   pools (a smaller remainder stays inside the allocated block). When a block is freed it is
 //!   merged with its free neighbours in the same segment.
+//! * **Parked blocks.** A small-pool block freed by its own stream (no other stream used it) is
+//!   first *parked*: kept whole, unmerged, in a list of its stream and exact size, and the next
+//!   request of that size on that stream takes it back without a search, a split or a merge.
+//!   A model's step allocates the same sizes every time, so this is the common path. At most
+//!   [`PARK_LIMIT`] bytes are parked; parked blocks are merged like any freed block (unparked)
+//!   before the allocator would ask the device for a new segment, and before it releases
+//!   memory or retires a stream, so parking never makes it hold more memory than before.
 //! * **Streams.** Every free block belongs to the stream that last used it (its `StreamKey::id`)
 //!   and is only reused by allocations on that stream: stream order makes the reuse safe without
 //!   waiting, so a free is immediate and makes no runtime call. A fresh segment belongs to the
@@ -76,6 +83,9 @@ const LARGE_SEGMENT: usize = 20 << 20;
 const MIN_LARGE_ALLOC: usize = 10 << 20;
 /// Rounding of dedicated segments.
 const ROUND_LARGE: usize = 2 << 20;
+/// Most bytes kept in parked blocks (freed small-pool blocks waiting, whole, for a request of
+/// their exact size on their stream).
+const PARK_LIMIT: usize = 64 << 20;
 
 /// Identity of a stream for the allocator: a process-unique id (never reused) and its handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -298,6 +308,9 @@ enum BlockState {
     Allocated,
     /// Freed, waiting for events on other streams.
     Pending,
+    /// Freed by its own stream and parked whole for a request of its size on that stream (in
+    /// `State::parked`; not merged, not in a free set; counted in its segment's `busy`).
+    Parked,
 }
 
 /// A contiguous piece of a segment, keyed by its address.
@@ -322,7 +335,7 @@ struct Block {
 struct Segment {
     size: usize,
     pool: Pool,
-    /// Blocks of this segment that are not free (allocated or pending).
+    /// Blocks of this segment that are not free (allocated, pending or parked).
     busy: usize,
 }
 
@@ -340,6 +353,10 @@ struct State {
     blocks: HashMap<u64, Block>,
     segments: HashMap<u64, Segment>,
     free: [BTreeSet<FreeKey>; 3],
+    /// Parked blocks by (stream id, size): the addresses, last parked last.
+    parked: HashMap<(u64, usize), Vec<u64>>,
+    /// Bytes in parked blocks.
+    parked_bytes: usize,
     pending: Vec<PendingEvent>,
     event_pool: Vec<RawEvent>,
     /// Retired streams that still had live or pending blocks (owning or using) when retired.
@@ -424,6 +441,59 @@ impl State {
         stats.peak_allocated_bytes = stats.peak_allocated_bytes.max(stats.allocated_bytes);
         stats.active_blocks += 1;
         Some(key.ptr)
+    }
+
+    /// Parks the allocated small-pool block `ptr` of a live stream, just freed by that stream
+    /// with no other stream's use to wait for; `false` (nothing changed) where it is not
+    /// parked: a large or huge block, a retired stream, or the parked bytes at their limit.
+    fn park(&mut self, ptr: u64) -> bool {
+        let Some(block) = self.blocks.get_mut(&ptr) else {
+            return false;
+        };
+        // Allocated small-pool blocks are the rounded request (at most SMALL_SIZE): the other
+        // pools hand out blocks larger than that.
+        let Owner::Stream(id) = block.owner else {
+            return false;
+        };
+        if block.state != BlockState::Allocated
+            || block.size > SMALL_SIZE
+            || self.parked_bytes + block.size > PARK_LIMIT
+            || self.retired.contains(&id)
+        {
+            return false;
+        }
+        block.state = BlockState::Parked;
+        block.stream_uses.clear();
+        let size = block.size;
+        self.parked_bytes += size;
+        self.parked.entry((id, size)).or_default().push(ptr);
+        true
+    }
+
+    /// Takes back a parked block of exactly `size` bytes of `stream` for that stream.
+    fn take_parked(&mut self, size: usize, stream: u64) -> Option<u64> {
+        let ptr = self.parked.get_mut(&(stream, size))?.pop()?;
+        let block = self.blocks.get_mut(&ptr)?;
+        block.state = BlockState::Allocated;
+        self.parked_bytes -= size;
+        let stats = &mut self.stats;
+        stats.allocated_bytes += size;
+        stats.peak_allocated_bytes = stats.peak_allocated_bytes.max(stats.allocated_bytes);
+        stats.active_blocks += 1;
+        Some(ptr)
+    }
+
+    /// Frees every parked block as any freed block is (merged with its free neighbours).
+    fn unpark_all(&mut self) {
+        if self.parked_bytes == 0 {
+            return;
+        }
+        for (_, ptrs) in std::mem::take(&mut self.parked) {
+            for ptr in ptrs {
+                self.release_block(ptr);
+            }
+        }
+        self.parked_bytes = 0;
     }
 
     /// Adds a fresh segment, as one free block owned by `stream`; returns its free key.
@@ -609,6 +679,7 @@ impl State {
     ///
     /// The caller has synchronised the device, so no queued work uses a free block.
     fn release_free_segments(&mut self, backend: &dyn AllocatorBackend) {
+        self.unpark_all();
         let deferred = std::mem::take(&mut self.raw_deferred);
         self.release_raw(backend, deferred);
         let idle: Vec<u64> = self
@@ -763,7 +834,16 @@ impl CachingAllocator {
         if !st.pending.is_empty() {
             st.process_events(&*self.backend);
         }
-        if let Some(ptr) = st.take_cached(pool, rounded, stream.id) {
+        let mut cached = st.take_parked(rounded, stream.id);
+        if cached.is_none() {
+            cached = st.take_cached(pool, rounded, stream.id);
+        }
+        if cached.is_none() && st.parked_bytes > 0 {
+            // Before asking the device: the parked blocks, merged, may make room.
+            st.unpark_all();
+            cached = st.take_cached(pool, rounded, stream.id);
+        }
+        if let Some(ptr) = cached {
             st.stats.allocations += 1;
             st.stats.cache_hits += 1;
             return Ok(Allocation {
@@ -847,7 +927,9 @@ impl CachingAllocator {
             .filter(|s| Owner::Stream(s.id) != owner && !st.retired.contains(&s.id))
             .collect();
         if uses.is_empty() {
-            st.release_block(ptr);
+            if !st.park(ptr) {
+                st.release_block(ptr);
+            }
             return;
         }
         if let Some(block) = st.blocks.get_mut(&ptr) {
@@ -885,6 +967,7 @@ impl CachingAllocator {
     /// Tells the allocator that a stream was synchronised and destroyed.
     pub(crate) fn stream_retired(&self, stream_id: u64) {
         let mut st = self.state.lock();
+        st.unpark_all();
         let owner = Owner::Stream(stream_id);
         // Remember the id only while blocks still refer to it.
         if st.blocks.values().any(|b| {
@@ -1066,6 +1149,7 @@ impl State {
         let (mut allocated, mut active, mut pending_blocks, mut pending_bytes) = (0, 0, 0, 0);
         let mut free_blocks = [0usize; 3];
         let mut reserved = 0;
+        let (mut parked, mut parked_bytes) = (0usize, 0usize);
         for (&base, seg) in &self.segments {
             reserved += seg.size;
             let mut cursor = Some(base);
@@ -1108,6 +1192,23 @@ impl State {
                         assert_eq!(b.pending_events, 0);
                         prev_free_owner = None;
                     }
+                    BlockState::Parked => {
+                        busy += 1;
+                        parked += 1;
+                        parked_bytes += b.size;
+                        let Owner::Stream(id) = b.owner else {
+                            panic!("parked block {ptr:#x} of no stream");
+                        };
+                        assert!(
+                            self.parked
+                                .get(&(id, b.size))
+                                .is_some_and(|v| v.contains(&ptr)),
+                            "parked block {ptr:#x} not in its list"
+                        );
+                        assert_eq!(b.pending_events, 0);
+                        assert!(b.size <= SMALL_SIZE && seg.pool == Pool::Small);
+                        prev_free_owner = None;
+                    }
                     BlockState::Pending => {
                         busy += 1;
                         pending_blocks += 1;
@@ -1131,6 +1232,13 @@ impl State {
         for p in &self.pending {
             assert_eq!(self.blocks[&p.block].state, BlockState::Pending);
         }
+        assert_eq!(
+            self.parked.values().map(Vec::len).sum::<usize>(),
+            parked,
+            "parked lists"
+        );
+        assert_eq!(self.parked_bytes, parked_bytes);
+        assert!(parked_bytes <= PARK_LIMIT);
         // No-caching mode: every live or deferred allocation is a segment of its own.
         for &size in self.raw.values() {
             (reserved, allocated, active) = (reserved + size, allocated + size, active + 1);
@@ -1501,19 +1609,87 @@ mod tests {
         assert_eq!(fake.calls(), calls);
         a.free(full);
 
-        // Same in the small pool, freeing in another order.
+        // In the small pool freed blocks are parked whole first (reused by requests of their
+        // size), and merged when a request needs the room: freeing in another order, then
+        // asking for a size no parked block has.
         let smalls: Vec<_> = (0..4).map(|_| a.allocate(512 * KIB, s).unwrap()).collect();
         let sbase = smalls[0].ptr;
         for b in smalls.into_iter().rev() {
             a.free(b);
         }
-        assert_eq!(a.blocks_in_segment(sbase), 1);
+        assert_eq!(a.blocks_in_segment(sbase), 4);
+        a.check();
         let again: Vec<_> = (0..4).map(|_| a.allocate(512 * KIB, s).unwrap()).collect();
         assert_eq!(fake.st().mallocs_ok, 2);
-        assert_eq!(again[0].ptr, sbase);
+        assert_eq!(again[0].ptr, sbase); // the last parked is the first taken
         for b in again {
             a.free(b);
         }
+        let calls = fake.calls();
+        let mib = a.allocate(MIB, s).unwrap();
+        assert_eq!(fake.calls(), calls);
+        assert_eq!(mib.ptr, sbase);
+        assert_eq!(a.blocks_in_segment(sbase), 2);
+        a.free(mib);
+        a.check();
+    }
+
+    #[test]
+    fn parked_blocks_serve_their_stream_and_size_only_and_never_cost_a_segment() {
+        let (a, fake) = setup(usize::MAX);
+        let (s1, s2) = (stream(1), stream(2));
+        let x = a.allocate(600 * KIB, s1).unwrap();
+        let xp = x.ptr;
+        a.free(x);
+        assert_eq!(a.stats().allocated_bytes, 0);
+        a.check();
+        // Another size, another stream: not the parked block.
+        let other_size = a.allocate(500 * KIB, s1).unwrap();
+        assert_ne!(other_size.ptr, xp);
+        let other_stream = a.allocate(600 * KIB, s2).unwrap();
+        assert_ne!(other_stream.ptr, xp);
+        // Its stream and size: the parked block, without a call.
+        let calls = fake.calls();
+        let hits = a.stats().cache_hits;
+        let again = a.allocate(600 * KIB, s1).unwrap();
+        assert_eq!(again.ptr, xp);
+        assert_eq!(fake.calls(), calls);
+        assert_eq!(a.stats().cache_hits, hits + 1);
+        assert_eq!(a.stats().allocated_bytes, 1700 * KIB);
+        a.check();
+        // A double free of a parked block is ignored.
+        let copy = Allocation {
+            ptr: again.ptr,
+            size: again.size,
+        };
+        a.free(again);
+        a.free(copy);
+        a.check();
+        // Large blocks are not parked: freed, they merge at once.
+        let big = a.allocate(4 * MIB, s1).unwrap();
+        let base = big.ptr;
+        a.free(big);
+        assert_eq!(a.blocks_in_segment(base), 1);
+        // A request that needs a new segment first merges the parked blocks: stream 1's small
+        // segment (2 MiB: the parked 600 and 500 KiB, the rest, 948 KiB, free) then serves 1 MiB.
+        a.free(other_size);
+        let segments = a.stats().segments;
+        let mib = a.allocate(MIB, s1).unwrap();
+        assert_eq!(a.stats().segments, segments);
+        assert_eq!(mib.ptr, xp);
+        a.check();
+        // A retired stream's parked blocks go to every stream.
+        a.free(other_stream);
+        a.stream_retired(2);
+        a.check();
+        let taken = a.allocate(600 * KIB, stream(3)).unwrap();
+        assert_eq!(a.stats().segments, segments);
+        a.check();
+        for b in [mib, taken] {
+            a.free(b);
+        }
+        a.empty_cache().unwrap();
+        assert_eq!(a.stats().reserved_bytes, 0);
         a.check();
     }
 
@@ -1592,14 +1768,19 @@ mod tests {
 
         // Not reusable while stream 2's work may still run.
         let y = a.allocate(64 * KIB, s1).unwrap();
-        assert_ne!(y.ptr, xp);
+        let yp = y.ptr;
+        assert_ne!(yp, xp);
         assert_eq!(fake.st().event_queries, 1);
-        a.free(y);
+        a.free(y); // parked: freed by its own stream, no other stream used it
 
         fake.complete_all_events();
+        // The parked block serves the next request of its size; x's is free again after it.
+        let y = a.allocate(64 * KIB, s1).unwrap();
+        assert_eq!(y.ptr, yp);
         let z = a.allocate(64 * KIB, s1).unwrap();
         assert_eq!(z.ptr, xp);
         assert_eq!(a.stats().pending_blocks, 0);
+        a.free(y);
         a.check();
 
         // The pending list is empty again: the hot path makes no call.

@@ -189,6 +189,8 @@ fn decode_sweep(d: Device, s: &Stream) -> Result<(), Box<dyn Error>> {
         ("w4k16s3", "AT_DN_STAGES=3"),
         ("w2k16s4", "AT_DN_WAVES=2 AT_DN_STAGES=4"),
         ("w8k16s2", "AT_DN_WAVES=8"),
+        ("w4k16s4", "AT_DN_STAGES=4"),
+        ("w8k16s3", "AT_DN_WAVES=8 AT_DN_STAGES=3"),
     ];
     let source = rocm_kernels::modules::variant_full_source("attention", "bf16")
         .ok_or("no attention module source")?;
