@@ -1272,6 +1272,12 @@ template <int P> struct qi_q2k {
     }
 };
 
+// Offsets taken off a part's integer sum instead of off every weight byte: q3k's quants are held
+// as q + 4 (0 .. 7) and q6k's as stored, q + 32 (0 .. 63); sum (q + c) x + dot4(-c, x) = sum q x,
+// one dot product a word (four signed bytes of -4, of -32) instead of a subtraction per byte.
+#define QI_MINUS4 (int)0xFCFCFCFCu
+#define QI_MINUS32 (int)0xE0E0E0E0u
+
 template <int P> struct qi_q3k {
     enum { QK = 256, BYTES = 110, PARTS = P, LP = 64 / P, NI = LP / 4, SPAD = 32 };
     static_assert(LP <= 16, "a part stays inside one 16-element scale group");
@@ -1298,9 +1304,9 @@ template <int P> struct qi_q3k {
             const u32 m = (u32)mv[i];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                // 2 low bits, plus 4 where the hmask bit is set: q + 4 in 0 .. 7, then minus 4.
-                const u32 v = ((q >> (2 * j)) & 0x03030303u) | (((m >> (4 * h + j)) & 0x01010101u) << 2);
-                w.v[j][i] = (int)(((v | 0x80808080u) - 0x04040404u) ^ 0x80808080u);
+                // 2 low bits, plus 4 where the hmask bit is set: q + 4 in 0 .. 7 (dot_x takes
+                // the 4 off through QI_MINUS4).
+                w.v[j][i] = (int)(((q >> (2 * j)) & 0x03030303u) | (((m >> (4 * h + j)) & 0x01010101u) << 2));
             }
         }
     }
@@ -1315,16 +1321,15 @@ template <int P> struct qi_q3k {
         for (int j = 0; j < 4; ++j) {
             int s = QI_MAGIC;
 #pragma unroll
-            for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[j][i], x.x[j][i], s);
+            for (int i = 0; i < NI; ++i) {
+                s = qi_dot4(w.v[j][i], x.x[j][i], s);
+                s = qi_dot4(QI_MINUS4, x.x[j][i], s);
+            }
             acc += w.sc[j] * x.d[j] * qi_unmagic(s);
         }
         return w.d * acc;
     }
 };
-
-// Four signed bytes of -32: q6k's quants are stored as q + 32 (0 .. 63), and sum (q + 32) x - 32
-// sum x is sum q x, one dot product a word instead of subtracting 32 from each weight byte.
-#define QI_MINUS32 (int)0xE0E0E0E0u
 
 // q6k: part p covers half nh = p / (P / 2) of the block (elements 128 nh ..) and l = l0 .. l0 +
 // LP (LP = 64 / P) of each of its four 32-element rows i: ql bytes 64 nh + l (rows 0, 2) and
