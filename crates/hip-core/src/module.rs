@@ -69,14 +69,14 @@ impl Module {
         // SAFETY: `raw` was just obtained from the live module.
         let attributes = unsafe { device.driver().function_attributes(raw) }
             .context(|| format!("reading the attributes of kernel `{name}`"))?;
-        Ok(Function {
+        Ok(Function(Arc::new(FunctionInner {
             module: self.inner.clone(),
             raw,
-            name: Arc::from(name),
+            name: name.into(),
             attributes,
-            dynamic_shared: Arc::new(AtomicU32::new(0)),
-            dynamic_shared_lock: Arc::new(Mutex::new(())),
-        })
+            dynamic_shared: AtomicU32::new(0),
+            dynamic_shared_lock: Mutex::new(()),
+        })))
     }
 }
 
@@ -104,34 +104,37 @@ impl std::fmt::Debug for Module {
     }
 }
 
-/// A kernel in a loaded [`Module`]. Keeps its module loaded. Cheap to clone.
+/// A kernel in a loaded [`Module`]. Keeps its module loaded. Cheap to clone: one reference
+/// count (the kernel caches hand out a clone per launch).
 #[derive(Clone)]
-pub struct Function {
+pub struct Function(Arc<FunctionInner>);
+
+/// What the clones of a [`Function`] share.
+struct FunctionInner {
     module: Arc<ModuleInner>,
     raw: RawFunction,
-    /// Shared: clones of a Function (one per launch from the kernel caches) copy no string.
-    name: Arc<str>,
+    name: Box<str>,
     attributes: FunctionAttributes,
-    /// The dynamic shared memory launches may ask for, as granted (shared by clones).
-    dynamic_shared: Arc<AtomicU32>,
+    /// The dynamic shared memory launches may ask for, as granted.
+    dynamic_shared: AtomicU32,
     /// Serialises grants, so that the driver's setting only grows and equals `dynamic_shared`.
-    dynamic_shared_lock: Arc<Mutex<()>>,
+    dynamic_shared_lock: Mutex<()>,
 }
 
 impl Function {
     /// The kernel's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     /// The device the kernel's module is loaded on.
     pub fn device(&self) -> Device {
-        self.module.device
+        self.0.module.device
     }
 
     /// Resource attributes (registers, shared and local memory, max threads per block).
     pub fn attributes(&self) -> &FunctionAttributes {
-        &self.attributes
+        &self.0.attributes
     }
 
     /// Lets launches of this kernel ask for up to `bytes` of dynamic shared memory: NVIDIA needs
@@ -139,27 +142,28 @@ impl Function {
     /// on AMD, where a workgroup may use the device's LDS without one, it only checks `bytes`
     /// against that limit. Cheap once granted (one atomic load).
     pub fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
-        if self.dynamic_shared.load(Ordering::Acquire) >= bytes {
+        if self.0.dynamic_shared.load(Ordering::Acquire) >= bytes {
             return Ok(());
         }
         let _grant = self
+            .0
             .dynamic_shared_lock
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if self.dynamic_shared.load(Ordering::Acquire) >= bytes {
+        if self.0.dynamic_shared.load(Ordering::Acquire) >= bytes {
             return Ok(());
         }
-        let device = self.module.device;
+        let device = self.0.module.device;
         let limit = device.properties().shared_memory_per_block;
         if device.platform() == Platform::Amd
-            && bytes as usize + self.attributes.shared_size_bytes > limit
+            && bytes as usize + self.0.attributes.shared_size_bytes > limit
         {
             return Err(Error::invalid(
                 "Function::allow_dynamic_shared",
                 format!(
                     "`{}`: {bytes} bytes of dynamic shared memory and {} static exceed the \
                      device's {limit} per block",
-                    self.name, self.attributes.shared_size_bytes
+                    self.0.name, self.0.attributes.shared_size_bytes
                 ),
             ));
         }
@@ -168,33 +172,33 @@ impl Function {
         unsafe {
             device
                 .driver()
-                .function_allow_dynamic_shared(self.raw, bytes)
+                .function_allow_dynamic_shared(self.0.raw, bytes)
         }
         .context(|| {
             format!(
                 "allowing {bytes} bytes of shared memory for `{}`",
-                self.name
+                self.0.name
             )
         })?;
-        self.dynamic_shared.store(bytes, Ordering::Release);
+        self.0.dynamic_shared.store(bytes, Ordering::Release);
         Ok(())
     }
 
     /// The dynamic shared memory granted by [`Function::allow_dynamic_shared`] (0 if never).
     pub(crate) fn dynamic_shared_allowed(&self) -> usize {
-        self.dynamic_shared.load(Ordering::Acquire) as usize
+        self.0.dynamic_shared.load(Ordering::Acquire) as usize
     }
 
     pub(crate) fn raw(&self) -> RawFunction {
-        self.raw
+        self.0.raw
     }
 }
 
 impl std::fmt::Debug for Function {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Function")
-            .field("name", &self.name)
-            .field("attributes", &self.attributes)
+            .field("name", &self.0.name)
+            .field("attributes", &self.0.attributes)
             .finish()
     }
 }
