@@ -70,6 +70,8 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("stage_half", "QS_SB_32=64 QS_SB_8=32 QS_SB_K=8"),
         ("half_depth2", "QS_SB_32=64 QS_SB_8=32 QS_SB_K=8 QS_DEPTH=2"),
         ("stage_double", "QS_SB_32=256 QS_SB_8=128 QS_SB_K=32"),
+        // k-quant stages dividing a 14336-column row (56 blocks) evenly: 4 x 14.
+        ("stage_k14", "QS_SB_K=14"),
         ("min_blocks3", "QS_MIN_BLOCKS=3"),
         ("teams4", "QS_TEAMS=4"),
         ("k_parts4", "QS_P_K=4"),
