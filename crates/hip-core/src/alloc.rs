@@ -838,8 +838,9 @@ impl CachingAllocator {
         if cached.is_none() {
             cached = st.take_cached(pool, rounded, stream.id);
         }
-        if cached.is_none() && st.parked_bytes > 0 {
-            // Before asking the device: the parked blocks, merged, may make room.
+        if cached.is_none() && pool == Pool::Small && st.parked_bytes > 0 {
+            // Before asking the device: the parked blocks (all of the small pool), merged, may
+            // make room.
             st.unpark_all();
             cached = st.take_cached(pool, rounded, stream.id);
         }
