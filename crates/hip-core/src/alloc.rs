@@ -2,8 +2,8 @@
 //!
 //! Modelled on PyTorch's `CUDACachingAllocator`: device memory is obtained from the runtime in
 //! *segments*, carved into *blocks*, and cached when freed, so that steady-state allocation and
-//! free make no runtime call at all (the hot path is a lock, a `BTreeSet` look-up and a few map
-//! updates).
+//! free make no runtime call at all (the hot path is a lock and a few hash-map updates: a parked
+//! block of the request's size, else a `BTreeSet` look-up).
 //!
 //! # Policy
 //!
