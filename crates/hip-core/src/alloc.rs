@@ -25,7 +25,7 @@
 //!   first *parked*: kept whole, unmerged, in a list of its stream and exact size, and the next
 //!   request of that size on that stream takes it back without a search, a split or a merge.
 //!   A model's step allocates the same sizes every time, so this is the common path. At most
-//!   [`PARK_LIMIT`] bytes are parked; parked blocks are merged like any freed block (unparked)
+//!   64 MiB (`PARK_LIMIT`) are parked; parked blocks are merged like any freed block (unparked)
 //!   before the allocator would ask the device for a new segment, and before it releases
 //!   memory or retires a stream, so parking never makes it hold more memory than before.
 //! * **Streams.** Every free block belongs to the stream that last used it (its `StreamKey::id`)
