@@ -869,7 +869,7 @@ __device__ __forceinline__ void qk_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u
 // Each type's `qi_*` struct splits a block into PARTS lane-sized parts: `load(block, part, W&)`
 // reads a part's weights into registers, unpacked to signed bytes, `qi_dot<Q, HP>(W, q, ds,
 // part)` gives its share of the block's product with activations q (the block's first element)
-// and ds (its first 32-element activation block; `acts` loads them, `dot_x` multiplies); the
+// and ds (its first 32-element activation block; `X::load` loads them, `dot_x` multiplies); the
 // shares of a block's parts sum to the block's product.
 // HP: activations laid out with HP bytes of padding after every 128 (see
 // qs_apad: the staged kernel's shared-memory copy, padded by the type's SPAD so that the lanes
@@ -960,8 +960,8 @@ template <int N> __device__ __forceinline__ void qi_xs(const signed char* q, int
 // Bits 0..3 of t moved to bit 4 of bytes 0..3 (the fifth bit of 4 consecutive 5-bit values).
 __device__ __forceinline__ int qi_spread4(u32 t) { return (int)(((t * 0x00204081u) & 0x01010101u) << 4); }
 
-// What a part's dot product reads of the rounded activations (each type's X): `Q::acts<HP>(q,
-// ds, part, x)` loads it (from shared or global memory), `Q::dot_x(w, x)` multiplies it
+// What a part's dot product reads of the rounded activations (each type's X): `x.load<HP>(q,
+// ds, part)` loads it (from shared or global memory), `Q::dot_x(w, x)` multiplies it
 // with the part's weights. Split so that a lane can keep its activations in registers across
 // weight rows (qs_matvec's held items); `qi_dot` is the two in a row.
 // The 32-element 4- and 5-bit types: a part's low-nibble and high-nibble activations (elements
@@ -969,6 +969,7 @@ __device__ __forceinline__ int qi_spread4(u32 t) { return (int)(((t * 0x00204081
 template <int NI> struct qi_x_lohi {
     int xl[NI], xh[NI];
     float2 a;
+    template <int HP>  // 32-element blocks hold no padding
     __device__ __forceinline__ void load(const signed char* q, const float2* ds, int part) {
         qi_xs<NI>(q, 4 * part * NI, xl);
         qi_xs<NI>(q, 16 + 4 * part * NI, xh);
@@ -1030,10 +1031,6 @@ template <int P> struct qi_q4_0 {
         }
     }
     typedef qi_x_lohi<NI> X;
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        x.load(q, ds, part);
-    }
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         const int s = x.dot(w.lo, w.hi);
         return w.d * (x.a.x * qi_unmagic(s) - (8.0f / P) * x.a.y);
@@ -1054,10 +1051,6 @@ template <int P> struct qi_q4_1 {
         }
     }
     typedef qi_x_lohi<NI> X;
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        x.load(q, ds, part);
-    }
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         const int s = x.dot(w.lo, w.hi);
         return w.d * x.a.x * qi_unmagic(s) + (w.m / P) * x.a.y;
@@ -1082,10 +1075,6 @@ template <int P> struct qi_q5_0 {
         }
     }
     typedef qi_x_lohi<NI> X;
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        x.load(q, ds, part);
-    }
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         const int s = x.dot(w.lo, w.hi);
         return w.d * (x.a.x * qi_unmagic(s) - (16.0f / P) * x.a.y);
@@ -1108,10 +1097,6 @@ template <int P> struct qi_q5_1 {
         }
     }
     typedef qi_x_lohi<NI> X;
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        x.load(q, ds, part);
-    }
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         const int s = x.dot(w.lo, w.hi);
         return w.d * x.a.x * qi_unmagic(s) + (w.m / P) * x.a.y;
@@ -1131,12 +1116,15 @@ template <int P, int BYTES_, int OFF, bool A4> struct qi_q8 {
             qi_words<NI>(b + OFF + 4 * part * NI, w.v);
         }
     }
-    struct X { int x[NI]; float d; };
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        qi_xs<NI>(q, 4 * part * NI, x.x);
-        x.d = ds[0].x;
-    }
+    struct X {
+        int x[NI];
+        float d;
+        template <int HP>  // 32-element blocks hold no padding
+        __device__ __forceinline__ void load(const signed char* q, const float2* ds, int part) {
+            qi_xs<NI>(q, 4 * part * NI, x);
+            d = ds[0].x;
+        }
+    };
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         int s = QI_MAGIC;
 #pragma unroll
@@ -1194,16 +1182,19 @@ template <int P, bool HB> struct qi_qk45 {
             }
         }
     }
-    struct X { int xl[NI], xh[NI]; float4 a; };
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        const int c = part * BP / 32, l0 = part * BP % 32;
-        // 16 activation bytes per load (the offsets are multiples of 16).
-        qi_xs<NI>(q, 64 * c + HP * (c >> 1) + l0, x.xl);
-        qi_xs<NI>(q, 64 * c + HP * (c >> 1) + 32 + l0, x.xh);
-        // The two sub-blocks' (d, d * sum q) pairs in one 16-byte load (ds is 16-byte aligned).
-        x.a = *(const float4*)(ds + 2 * c);
-    }
+    struct X {
+        int xl[NI], xh[NI];
+        float4 a;
+        template <int HP>
+        __device__ __forceinline__ void load(const signed char* q, const float2* ds, int part) {
+            const int c = part * BP / 32, l0 = part * BP % 32;
+            // 16 activation bytes per load (the offsets are multiples of 16).
+            qi_xs<NI>(q, 64 * c + HP * (c >> 1) + l0, xl);
+            qi_xs<NI>(q, 64 * c + HP * (c >> 1) + 32 + l0, xh);
+            // The two sub-blocks' (d, d * sum q) pairs in one 16-byte load (ds is 16-byte aligned).
+            a = *(const float4*)(ds + 2 * c);
+        }
+    };
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         int slo = QI_MAGIC, shi = QI_MAGIC;
 #pragma unroll
@@ -1251,10 +1242,6 @@ template <int P> struct qi_q2k {
         }
     }
     typedef qi_x_rows<P, NI> X;
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        x.template load<HP>(q, ds, part);
-    }
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         float acc = 0.0f, mins = 0.0f;
 #pragma unroll
@@ -1311,10 +1298,6 @@ template <int P> struct qi_q3k {
         }
     }
     typedef qi_x_rows<P, NI> X;
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        x.template load<HP>(q, ds, part);
-    }
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         float acc = 0.0f;
 #pragma unroll
@@ -1364,10 +1347,6 @@ template <int P> struct qi_q6k {
         }
     }
     typedef qi_x_rows<P, NI> X;
-    template <int HP = 0>
-    static __device__ __forceinline__ void acts(const signed char* q, const float2* ds, int part, X& x) {
-        x.template load<HP>(q, ds, part);
-    }
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         int s[4] = {QI_MAGIC, QI_MAGIC, QI_MAGIC, QI_MAGIC};
 #pragma unroll
@@ -1390,7 +1369,7 @@ template <int P> struct qi_q6k {
 template <typename Q, int HP = 0>
 __device__ __forceinline__ float qi_dot(const typename Q::W& w, const signed char* q, const float2* ds, int part) {
     typename Q::X x;
-    Q::template acts<HP>(q, ds, part, x);
+    x.template load<HP>(q, ds, part);
     return Q::dot_x(w, x);
 }
 
@@ -1925,17 +1904,19 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
 
     // Held items: where a row is one stage (k <= SB QK: every row of a 4096-column product), a
     // lane's items are the same blocks of every row, so one row's activations are loaded into
-    // registers once (`Q::acts`) instead of from shared memory for every weight row. Types whose
+    // registers once (`X::load`) instead of from shared memory for every weight row. Types whose
     // held activations would take more than 48 registers (q2k, q3k) read them every time.
     enum { HOLD_ITEMS = SB * Q::PARTS / QK_TEAM };
     enum { HOLD = QS_HOLD && MAXM == 1 && HOLD_ITEMS * sizeof(typename Q::X) <= 48 * 4 };
     const bool held = HOLD && stages == 1;
+    // The block of a lane's held item j (its items are lane, lane + 32, ... of the stage).
+    auto held_blk = [&](int j) { return (u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS); };
     typename Q::X hx[HOLD ? HOLD_ITEMS : 1];
     if (held) {
 #pragma unroll
         for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) {
-            const u32 blk = (u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS);
-            if (blk < bpr) Q::template acts<SP>(aq + qs_apad<SP>(blk * Q::QK), ads + blk * (Q::QK / 32), part, hx[j]);
+            const u32 blk = held_blk(j);
+            if (blk < bpr) hx[j].template load<SP>(aq + qs_apad<SP>(blk * Q::QK), ads + blk * (Q::QK / 32), part);
         }
     }
 
@@ -1966,13 +1947,13 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                 typename Q::W wv[HOLD ? HOLD_ITEMS : 1];
 #pragma unroll
                 for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j)
-                    Q::load(stage + cur_off + ((u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS)) * Q::BYTES, part, wv[j]);
+                    Q::load(stage + cur_off + held_blk(j) * Q::BYTES, part, wv[j]);
 #pragma unroll
                 for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) acc[0] += Q::dot_x(wv[j], hx[j]);
             } else if (held) {  // the same items, their activations in hx (cur_s = 0, blocks = bpr)
 #pragma unroll
                 for (int j = 0; j < (HOLD ? HOLD_ITEMS : 1); ++j) {
-                    const u32 blk = (u32)lane / Q::PARTS + (u32)j * (QK_TEAM / Q::PARTS);
+                    const u32 blk = held_blk(j);
                     if (blk < blocks) {
                         typename Q::W wv;
                         Q::load(stage + cur_off + blk * Q::BYTES, part, wv);
