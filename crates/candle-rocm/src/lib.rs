@@ -99,6 +99,7 @@ pub mod layout;
 mod matmul;
 mod ops;
 pub mod quantized;
+mod rope_kv;
 pub mod storage;
 #[cfg(feature = "tensor")]
 pub mod tensor;
@@ -110,6 +111,7 @@ pub use conv::{Conv2dSpec, ConvPath};
 pub use device::RocmDevice;
 pub use error::RocmError;
 pub use quantized::{QRocmStorage, QuantizedGemmPlan, QuantizedMatvec};
+pub use rope_kv::RopeKvInputs;
 pub use storage::{RocmStorage, RocmStorageSlice};
 #[cfg(feature = "tensor")]
 pub use tensor::RocmDeviceExt;

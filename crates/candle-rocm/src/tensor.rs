@@ -23,7 +23,7 @@
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::ext::{
     Copy2dArgs, ExtBackendDevice, ExtBackendStorage, ExtDevice, ExtQuantizedStorage, ExtStorage,
-    FusedOp,
+    FusedOp, RopeKvAppend,
 };
 use candle_core::quantized::GgmlDType;
 use candle_core::{op, CpuStorage, DType, Device, Layout, Result, Shape, Tensor};
@@ -232,6 +232,38 @@ impl ExtBackendStorage for RocmStorage {
             dst_o: c.dst_o,
         };
         RocmStorage::copy2d_pair(self, dst, spec(first), other, other_dst, spec(second))
+    }
+
+    fn rope_kv_append(
+        &self,
+        qk_layout: &Layout,
+        args: RopeKvAppend<'_, Self>,
+        k_dst: &mut Self,
+        v_dst: &mut Self,
+    ) -> Result<Option<(Self, Shape)>> {
+        let kind = match args.op {
+            FusedOp::Rope => RopeKind::Rope,
+            FusedOp::RopeI => RopeKind::Interleaved,
+            _ => return Ok(None),
+        };
+        let spec = |c: Copy2dArgs| crate::layout::Copy2dSpec {
+            d1: c.d1,
+            d2: c.d2,
+            src_s: c.src_s,
+            dst_s: c.dst_s,
+            src_o: c.src_o,
+            dst_o: c.dst_o,
+        };
+        let inputs = crate::RopeKvInputs {
+            kind,
+            cos: args.cos,
+            sin: args.sin,
+            q_heads: args.q_heads,
+            v: args.v,
+            k_rows: spec(args.k_args),
+            v_rows: spec(args.v_args),
+        };
+        RocmStorage::rope_kv_append(self, qk_layout, inputs, k_dst, v_dst).map(Some)
     }
 
     fn fused(&self, op: &FusedOp, inputs: &[(&Self, &Layout)]) -> Result<(Self, Shape)> {

@@ -9,7 +9,9 @@
 //   layer_norm_{T}(x, alpha, beta, out, rows, cols, eps):
 //       (x - mean) / sqrt(var + eps) * alpha + beta (biased variance);
 //   rope_{T}, rope_i_{T}, rope_thd_{T}(b, h_or_t, t_or_h, d, cs_stride_b, src, cos, sin, dst):
-//       rotary embeddings, see below.
+//       rotary embeddings, see below;
+//   rope_kv_{T}, rope_i_kv_{T}(...): rope / rope_i over a step's query and key heads with the
+//       rotated keys and the values appended to a KV cache, in one launch (see below).
 // The row ops run one block per row (grid-stride over rows; blockDim.x a multiple of warpSize,
 // at most 1024), threads striding over the columns, then warp shuffles and shared memory; rows
 // of at most 16 (layer_norm: 8) blockDim.x elements are read once (kept in registers). Rows
@@ -471,6 +473,80 @@ __device__ __forceinline__ void nn_rope(u64 b, u64 n1, u64 n2, u64 d, u64 cs_str
         nn_rope_loop<MODE, u64>(b, n1, n2, d, cs_stride_b, src, cos, sin, dst);
 }
 
+// Rotary embeddings and a KV cache append in one launch (a decode step's q/k rotation and the
+// cache's new rows):
+//   rope_kv_{T}, rope_i_kv_{T}(u64 b, u64 hq, u64 hk, u64 t, u64 d, u64 cs_stride_b,
+//       const T* qk, const T* cos, const T* sin, T* q_out, T* k_dst, u64 k_d2, u64 k_dst_s,
+//       const T* v, T* v_dst, u64 v_d1, u64 v_d2, u64 v_dst_s)
+//   qk [b, hq + hk, t, d] is rotated as rope (MODE 0) / rope_i (MODE 1) rotate it, with the
+//   same tables and arithmetic; the rotated q heads go to q_out [b, hq, t, d], element e of the
+//   rotated k heads ([b, hk, t, d]) to k_dst[(e / k_d2) * k_dst_s + e % k_d2] (k_d2 a multiple
+//   of d). The blocks of grid y = 1 copy v (v_d1 rows of v_d2 contiguous elements) to v_dst,
+//   rows v_dst_s apart. Grid-stride in x (any block count); u32 index math below 2^31.
+template <int MODE, typename I, typename T>
+__device__ __forceinline__ void nn_rope_kv_loop(u64 b, u64 hq, u64 hk, u64 t, u64 d,
+                                                u64 cs_stride_b, const T* qk, const T* cos,
+                                                const T* sin, T* q_out, T* k_dst, u64 k_d2,
+                                                u64 k_dst_s) {
+    typedef typename rk_compute<T>::type C;
+    const I half_d = (I)(d / 2), heads = (I)(hq + hk), tt = (I)t;
+    const I pairs = (I)(b * (hq + hk) * t * (d / 2));
+    const I step = (I)rk_thread_count();
+    for (I p = (I)rk_thread_id(); p < pairs; p += step) {
+        const I i_d = p % half_d;
+        const I row = p / half_d;  // index over [b, hq + hk, t]
+        const I i_t = row % tt;
+        const I i_h = (row / tt) % heads;
+        const I i_b = row / (tt * heads);
+        const u64 i_cs = (u64)i_t * (u64)half_d + (u64)i_d + (u64)i_b * cs_stride_b;
+        // The pair's places in its row of d elements.
+        const u64 c1 = MODE == 1 ? 2 * (u64)i_d : (u64)i_d;
+        const u64 c2 = MODE == 1 ? c1 + 1 : c1 + (u64)half_d;
+        const C c = rk_to_compute(cos[i_cs]);
+        const C s = rk_to_compute(sin[i_cs]);
+        const C x1 = rk_to_compute(qk[(u64)row * d + c1]);
+        const C x2 = rk_to_compute(qk[(u64)row * d + c2]);
+        const T y1 = rk_from_compute<T>(x1 * c - x2 * s);
+        const T y2 = rk_from_compute<T>(x1 * s + x2 * c);
+        T* out;
+        if ((u64)i_h < hq) {
+            out = q_out + (((u64)i_b * hq + (u64)i_h) * t + (u64)i_t) * d;
+        } else {
+            // The row's first element among the k heads; a row never straddles two
+            // destination rows (k_d2 is a multiple of d).
+            const u64 e = (((u64)i_b * hk + ((u64)i_h - hq)) * t + (u64)i_t) * d;
+            out = k_dst + (e / k_d2) * k_dst_s + e % k_d2;
+        }
+        out[c1] = y1;
+        out[c2] = y2;
+    }
+}
+
+template <int MODE, typename T>
+__device__ __forceinline__ void nn_rope_kv(u64 b, u64 hq, u64 hk, u64 t, u64 d, u64 cs_stride_b,
+                                           const T* qk, const T* cos, const T* sin, T* q_out,
+                                           T* k_dst, u64 k_d2, u64 k_dst_s, const T* v, T* v_dst,
+                                           u64 v_d1, u64 v_d2, u64 v_dst_s) {
+    rk_overlapped_entry();
+    if (blockIdx.y == 0) {
+        if (b * (hq + hk) * t * d < 0x80000000ull)
+            nn_rope_kv_loop<MODE, u32>(b, hq, hk, t, d, cs_stride_b, qk, cos, sin, q_out, k_dst,
+                                       k_d2, k_dst_s);
+        else
+            nn_rope_kv_loop<MODE, u64>(b, hq, hk, t, d, cs_stride_b, qk, cos, sin, q_out, k_dst,
+                                       k_d2, k_dst_s);
+        return;
+    }
+    const u64 numel = v_d1 * v_d2, start = rk_thread_id(), step = rk_thread_count();
+    if (numel < 0x80000000ull) {
+        const u32 cols = (u32)v_d2;
+        for (u32 i = (u32)start; i < (u32)numel; i += (u32)step)
+            v_dst[(u64)(i / cols) * v_dst_s + i % cols] = v[i];
+    } else {
+        for (u64 i = start; i < numel; i += step) v_dst[(i / v_d2) * v_dst_s + i % v_d2] = v[i];
+    }
+}
+
 #define RK_NN(T)                                                                               \
     RK_KERNEL void softmax_##T(const T* x, T* out, u64 rows, u64 cols) {                       \
         nn_softmax<T, NN_CACHE>(x, out, rows, cols);                                           \
@@ -504,6 +580,20 @@ __device__ __forceinline__ void nn_rope(u64 b, u64 n1, u64 n2, u64 d, u64 cs_str
     RK_KERNEL void rope_thd_##T(u64 b, u64 t, u64 h, u64 d, u64 cs_stride_b, const T* src,     \
                                 const T* cos, const T* sin, T* dst) {                          \
         nn_rope<2, T>(b, t, h, d, cs_stride_b, src, cos, sin, dst);                            \
+    }                                                                                          \
+    RK_KERNEL void rope_kv_##T(u64 b, u64 hq, u64 hk, u64 t, u64 d, u64 cs_stride_b,           \
+                               const T* qk, const T* cos, const T* sin, T* q_out, T* k_dst,    \
+                               u64 k_d2, u64 k_dst_s, const T* v, T* v_dst, u64 v_d1,          \
+                               u64 v_d2, u64 v_dst_s) {                                        \
+        nn_rope_kv<0, T>(b, hq, hk, t, d, cs_stride_b, qk, cos, sin, q_out, k_dst, k_d2,       \
+                         k_dst_s, v, v_dst, v_d1, v_d2, v_dst_s);                              \
+    }                                                                                          \
+    RK_KERNEL void rope_i_kv_##T(u64 b, u64 hq, u64 hk, u64 t, u64 d, u64 cs_stride_b,         \
+                                 const T* qk, const T* cos, const T* sin, T* q_out, T* k_dst,  \
+                                 u64 k_d2, u64 k_dst_s, const T* v, T* v_dst, u64 v_d1,        \
+                                 u64 v_d2, u64 v_dst_s) {                                      \
+        nn_rope_kv<1, T>(b, hq, hk, t, d, cs_stride_b, qk, cos, sin, q_out, k_dst, k_d2,       \
+                         k_dst_s, v, v_dst, v_d1, v_d2, v_dst_s);                              \
     }
 
 RK_NN(bf16)

@@ -1,7 +1,8 @@
 //! Typed launch wrappers for the `nn` kernel family: candle-nn 0.11's fused ops `softmax_last_dim`,
 //! `rms_norm`, `layer_norm`, `rope`, `rope_i`, `rope_thd` and `swiglu`, plus `add_rms_norm` (a
-//! residual add fused with the next rms_norm), for the float dtypes (bf16, f16,
-//! f32, f64; other dtypes are [`Error::Unsupported`]).
+//! residual add fused with the next rms_norm) and `rope_kv` (a step's rope with its KV cache
+//! append), for the float dtypes (bf16, f16, f32, f64; other dtypes are
+//! [`Error::Unsupported`]).
 //!
 //! Operands are contiguous [`DeviceSlice`]s starting at the layout's start offset (candle-nn
 //! requires contiguous inputs for all of these); the destination is contiguous and exactly as
@@ -553,6 +554,187 @@ pub fn rope_any<T: KernelDType>(
             .arg(cos)
             .arg(sin)
             .arg(&mut *dst)
+            .launch()?;
+    }
+    Ok(())
+}
+
+/// Where [`rope_kv`] writes the rotated keys or the values of a step: the source's elements in
+/// order, `row_len` at a time, into rows `row_stride` elements apart in `dst` (a KV cache's new
+/// positions, as `Tensor::slice_set` along its sequence dim lays them out).
+pub struct CacheRows<'s, 'a, T: KernelDType> {
+    /// The cache, from its first element to write.
+    pub dst: &'s mut DeviceSliceMut<'a, T>,
+    /// Elements per row (the step's `t * d` for a `[b, heads, capacity, d]` cache).
+    pub row_len: usize,
+    /// Elements between rows (`capacity * d`).
+    pub row_stride: usize,
+}
+
+impl<T: KernelDType> CacheRows<'_, '_, T> {
+    /// Checks that `numel` source elements fit; returns the row count.
+    fn check(&self, op: &str, what: &str, numel: usize) -> Result<usize> {
+        if self.row_len == 0 || numel % self.row_len != 0 {
+            return Err(layout_err(
+                op,
+                format!(
+                    "{what}: rows of {} elements do not divide {numel}",
+                    self.row_len
+                ),
+            ));
+        }
+        let rows = numel / self.row_len;
+        if rows > 1 && self.row_stride < self.row_len {
+            return Err(layout_err(
+                op,
+                format!(
+                    "{what}: rows of {} elements overlap with a row stride of {}",
+                    self.row_len, self.row_stride
+                ),
+            ));
+        }
+        let need = (rows - 1)
+            .checked_mul(self.row_stride)
+            .and_then(|x| x.checked_add(self.row_len))
+            .ok_or_else(|| layout_err(op, format!("{what}: the rows' extent overflows usize")))?;
+        check_len(op, what, self.dst.len(), need)?;
+        Ok(rows)
+    }
+}
+
+/// The sizes of a [`rope_kv`] step: `batch` sequences of `t` positions, `q_heads` query and
+/// `kv_heads` key/value heads of `head_dim` elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RopeKvDims {
+    /// Sequences.
+    pub batch: usize,
+    /// Query heads.
+    pub q_heads: usize,
+    /// Key (and value) heads.
+    pub kv_heads: usize,
+    /// Positions of the step.
+    pub t: usize,
+    /// Elements per head (even).
+    pub head_dim: usize,
+}
+
+/// Rotary embeddings over a step's query and key heads and the KV cache append of the rotated
+/// keys and the values, in one launch (`kind`: [`RopeKind::Rope`] or
+/// [`RopeKind::Interleaved`]; `rope_thd`'s layout is not a cache's). `qk` is contiguous
+/// `[batch, q_heads + kv_heads, t, head_dim]`, rotated as [`rope_any`] rotates it (the same
+/// tables, `[t_cs, d/2]` or `[batch, t_cs, d/2]`, and the same arithmetic); the rotated query
+/// heads go to `q_out` (`[batch, q_heads, t, head_dim]`), the rotated key heads
+/// (`[batch, kv_heads, t, head_dim]`) to `k`'s rows and `v` (contiguous, that shape) to
+/// `v_rows`' rows. `k.row_len` must be a multiple of `head_dim`.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv<T: KernelDType>(
+    stream: &Stream,
+    kind: RopeKind,
+    qk: &DeviceSlice<'_, T>,
+    cos: &DeviceSlice<'_, T>,
+    sin: &DeviceSlice<'_, T>,
+    table_dims: &[usize],
+    q_out: &mut DeviceSliceMut<'_, T>,
+    k: CacheRows<'_, '_, T>,
+    v: &DeviceSlice<'_, T>,
+    v_rows: CacheRows<'_, '_, T>,
+    dims: RopeKvDims,
+) -> Result<()> {
+    let op = match kind {
+        RopeKind::Rope => "rope_kv",
+        RopeKind::Interleaved => "rope_i_kv",
+        RopeKind::Thd => {
+            return Err(Error::Unsupported {
+                op: "rope_thd_kv".into(),
+                dtype: T::NAME.to_string(),
+                reason: "rope_thd's [b, t, h, d] layout is not a KV cache's [b, h, t, d]".into(),
+            })
+        }
+    };
+    let RopeKvDims {
+        batch: b,
+        q_heads: hq,
+        kv_heads: hk,
+        t,
+        head_dim: d,
+    } = dims;
+    if hq == 0 || hk == 0 {
+        return Err(layout_err(
+            op,
+            format!("needs query and key heads, not {hq} and {hk}"),
+        ));
+    }
+    let heads = hq
+        .checked_add(hk)
+        .ok_or_else(|| layout_err(op, "the head count overflows usize"))?;
+    let Some((n, cs_stride_b)) = prepare_rope::<T>(
+        op,
+        kind,
+        qk.len(),
+        cos.len(),
+        sin.len(),
+        qk.len(),
+        [b, heads, t, d],
+        table_dims,
+    )?
+    else {
+        return Ok(());
+    };
+    let nq = [hq, t, d]
+        .iter()
+        .try_fold(b, |acc, &x| checked_mul(op, acc, x))?;
+    let nkv = n - nq;
+    check_dst(op, q_out.len(), nq)?;
+    check_len(op, "v", v.len(), nkv)?;
+    if k.row_len % d != 0 {
+        return Err(layout_err(
+            op,
+            format!("key rows of {} elements split heads of {d}", k.row_len),
+        ));
+    }
+    k.check(op, "the key cache", nkv)?;
+    let v_d1 = v_rows.check(op, "the value cache", nkv)?;
+    let sms = crate::elementwise::multiprocessors(stream);
+    let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
+    let blocks = (n / 2)
+        .max(nkv)
+        .div_ceil(ROPE_BLOCK as usize)
+        .clamp(1, max_blocks) as u32;
+    let config = LaunchConfig {
+        grid: [blocks, 2, 1],
+        block: [ROPE_BLOCK, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let f = crate::modules::function(&stream.device(), "nn", &format!("{op}_{}", T::NAME))?;
+    // SAFETY: the kernel takes (u64 b, hq, hk, t, d, cs_stride_b, const T* qk, const T* cos,
+    // const T* sin, T* q_out, T* k_dst, u64 k_d2, u64 k_dst_s, const T* v, T* v_dst, u64 v_d1,
+    // u64 v_d2, u64 v_dst_s). It reads qk below b (hq + hk) t d = n (== qk.len(), checked by
+    // prepare_rope) and table elements below (b - 1) cs_stride_b + t d/2 (checked there); writes
+    // q_out below b hq t d (== q_out.len()); writes key element e < n - nq at
+    // (e / k_d2) k_dst_s + e % k_d2 <= (rows - 1) k_dst_s + k_d2 - 1 < k.dst.len(), reads v
+    // below nkv <= v.len() and writes value rows the same way (CacheRows::check).
+    unsafe {
+        // The kernel waits for the previous kernels before touching memory (nn_rope_kv).
+        f.builder(stream, config)
+            .overlap_previous(true)
+            .arg(b as u64)
+            .arg(hq as u64)
+            .arg(hk as u64)
+            .arg(t as u64)
+            .arg(d as u64)
+            .arg(cs_stride_b as u64)
+            .arg(qk)
+            .arg(cos)
+            .arg(sin)
+            .arg(&mut *q_out)
+            .arg(&mut *k.dst)
+            .arg(k.row_len as u64)
+            .arg(k.row_stride as u64)
+            .arg(v)
+            .arg(&mut *v_rows.dst)
+            .arg(v_d1 as u64)
+            .arg(v_rows.row_len as u64)
+            .arg(v_rows.row_stride as u64)
             .launch()?;
     }
     Ok(())

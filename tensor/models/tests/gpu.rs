@@ -1213,3 +1213,134 @@ fn kv_cache_appends_keys_and_values_in_one_launch() {
         }
     }
 }
+
+/// candle-nn's `KvCache::append_with_rope` on the device (one `rope_kv` launch a step through
+/// `Tensor::rope_kv_append`) against the CPU (rope, then append): the rotated queries and every
+/// key and value in the cache after each step, for prompt-sized and one-row steps across the
+/// buffer's growth, both rotations (`rope_i`, `rope`), grouped-query heads, a batch of 2, the
+/// q/k heads and the values taken from one q/k/v row as a model takes them (views with
+/// offsets, transposed for steps of several positions) and tables narrowed at the position.
+#[test]
+#[ignore = "needs a GPU"]
+fn kv_cache_append_with_rope_matches_cpu() {
+    let _shared = shared();
+    let dev = rocm();
+    let (hq, hk, d, max_pos) = (4usize, 2usize, 8usize, 32usize);
+    let table = |seed: u64, dtype: DType, device: &Device| {
+        Tensor::from_vec(
+            host_values(max_pos * d / 2, seed),
+            (max_pos, d / 2),
+            &Device::Cpu,
+        )
+        .and_then(|t| t.to_dtype(dtype))
+        .and_then(|t| t.to_device(device))
+        .unwrap()
+    };
+    for dtype in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+        // Largest difference from the CPU's rotation: a few units in the last place of values
+        // up to ~3 (the CPU rounds f16/bf16 products to the type; the device computes in f32).
+        let tol = match dtype {
+            DType::BF16 => 6.25e-2,
+            DType::F16 => 8e-3,
+            DType::F64 => 1e-6,
+            _ => 1e-5,
+        };
+        for (b, interleaved) in [(1usize, true), (2, true), (2, false), (1, false)] {
+            let label = format!("{dtype:?} b={b} interleaved={interleaved}");
+            let (mut gpu, mut cpu) = (
+                candle_nn::kv_cache::KvCache::new(2, 4),
+                candle_nn::kv_cache::KvCache::new(2, 4),
+            );
+            let (cos_c, sin_c) = (table(7, dtype, &Device::Cpu), table(8, dtype, &Device::Cpu));
+            let (cos_g, sin_g) = (table(7, dtype, &dev), table(8, dtype, &dev));
+            let (mut pos, mut capacity) = (0usize, 0usize);
+            for (step, t) in [3usize, 1, 1, 2, 5, 1, 1].into_iter().enumerate() {
+                let fits = pos + t <= capacity;
+                while pos + t > capacity {
+                    capacity += 4;
+                }
+                // One q/k/v row per position, as a fused q/k/v product gives it.
+                let width = (hq + 2 * hk) * d;
+                let qkv = Tensor::from_vec(
+                    host_values(b * t * width, 100 + step as u64),
+                    (b, t, width),
+                    &Device::Cpu,
+                )
+                .and_then(|x| x.to_dtype(dtype))
+                .unwrap();
+                let split = |x: &Tensor| {
+                    let heads = |start: usize, n: usize| {
+                        x.narrow(2, start * d, n * d)
+                            .and_then(|y| y.reshape((b, t, n, d)))
+                            .and_then(|y| y.transpose(1, 2))
+                            .unwrap()
+                    };
+                    (heads(0, hq + hk), heads(hq + hk, hk))
+                };
+                let (qk_c, v_c) = split(&qkv);
+                let qkv_g = qkv.to_device(&dev).unwrap();
+                let (qk_g, v_g) = split(&qkv_g);
+                let narrow = |x: &Tensor| x.narrow(0, pos, t).unwrap();
+                let (q_ref, k_ref, v_ref) = cpu
+                    .append_with_rope(
+                        &qk_c,
+                        hq,
+                        &v_c,
+                        &narrow(&cos_c),
+                        &narrow(&sin_c),
+                        interleaved,
+                    )
+                    .unwrap();
+                hip_core::launch_profile_start_this_thread(false);
+                let out = gpu.append_with_rope(
+                    &qk_g,
+                    hq,
+                    &v_g,
+                    &narrow(&cos_g),
+                    &narrow(&sin_g),
+                    interleaved,
+                );
+                let profile = hip_core::launch_profile_stop();
+                let (q, k, v) = out.unwrap();
+                pos += t;
+                assert_eq!(q.dims(), [b, hq, t, d], "{label} step {step}");
+                assert_eq!(k.dims(), [b, hk, pos, d], "{label} step {step}");
+                assert_eq!(v.dims(), [b, hk, pos, d], "{label} step {step}");
+                for (what, g, c, tol) in [
+                    ("queries", &q, &q_ref, tol),
+                    ("keys", &k, &k_ref, tol),
+                    ("values", &v, &v_ref, 0.0),
+                ] {
+                    let diff = max_abs_diff(g, c);
+                    assert!(
+                        diff <= tol,
+                        "{label} step {step}: {what} differ from the CPU's by {diff}"
+                    );
+                }
+                // The rotation and both caches' rows in one launch; a step of one position
+                // that fits the buffer with one sequence (a decode step: the q/k and v views
+                // are contiguous) launches nothing else.
+                let count = |prefix: &str| {
+                    profile
+                        .iter()
+                        .filter(|p| p.name.starts_with(prefix))
+                        .map(|p| p.launches)
+                        .sum::<u64>()
+                };
+                let fused = count(if interleaved {
+                    "rope_i_kv_"
+                } else {
+                    "rope_kv_"
+                });
+                assert_eq!(fused, 1, "{label} step {step}: launches {profile:?}");
+                if fits && t == 1 && b == 1 {
+                    assert_eq!(
+                        profile.iter().map(|p| p.launches).sum::<u64>(),
+                        1,
+                        "{label} step {step}: launches {profile:?}"
+                    );
+                }
+            }
+        }
+    }
+}
