@@ -308,15 +308,16 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
             [0, 0, layers, layers, 0],
             "head dim {d}: fused norms, swiglu and rope expected, launches {profile:?}"
         );
-        // The KV cache is appended in place: the new k and v rows of a layer in one launch
-        // (`copy2d_pair_*`; a `Tensor::cat` of the whole cache took two copies per tensor).
-        let copies = count("copy2d_") - count("copy2d_pair_");
+        // The KV cache is appended in place by the launch that rotates q and k, which writes
+        // the layer's new k and v rows (`rope_i_kv_*`; a `Tensor::cat` of the whole cache took
+        // two copies per tensor, a separate append one more launch), and nothing is copied.
+        let copies = count("copy2d_") + count("ucopy_");
         if fused {
             assert_eq!(
-                (decode, softmax, copies, count("copy2d_pair_")),
+                (decode, softmax, copies, count("rope_i_kv_")),
                 (layers, 0, 0, layers),
-                "head dim {d}: one fused decode and one KV append per layer expected, launches \
-                 {profile:?}"
+                "head dim {d}: one fused decode and one rope + KV append per layer expected, \
+                 launches {profile:?}"
             );
         } else {
             assert_eq!(
