@@ -11,7 +11,8 @@
 //! Reductions (`reduce sum/min/max/argmin/argmax`) are compared with the CPU oracle too; sums
 //! with a tolerance that grows with the reduced length (see `compare_sum`), min/max exactly.
 //! The fused ops of `RocmStorage` (`softmax_last_dim`, `rms_norm`, `layer_norm`, `rope`,
-//! `rope_i`, `rope_thd`) have no CPU storage op: their oracle is the published definition
+//! `rope_i`, `rope_thd`, and `rope_kv` / `rope_i_kv`, the rotation fused with a KV cache
+//! append) have no CPU storage op: their oracle is the published definition
 //! evaluated in f64 on the CPU (checked against candle-core tensor ops in a tier-1 test), and
 //! `ok` in those rows means a match with it.
 //!
@@ -2435,6 +2436,7 @@ fn conformance_matrix() {
     run_fused(&mut ctx);
     indexing::run_indexing(&mut ctx);
     pool::run_pool(&mut ctx);
+    rope_kv::run_rope_kv(&mut ctx);
     blas::run_matmul(&mut ctx);
     blas::run_conv(&mut ctx);
     println!("{}", ctx.matrix.render());
@@ -3377,6 +3379,9 @@ mod indexing;
 
 #[path = "suite/pool.rs"]
 mod pool;
+
+#[path = "suite/rope_kv.rs"]
+mod rope_kv;
 
 #[path = "suite/quantized.rs"]
 mod quantized;
