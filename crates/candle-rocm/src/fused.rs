@@ -42,6 +42,22 @@ pub(crate) fn contiguous<'a, T: KernelDType>(
     buf.slice(start..start + n).map_err(hip_err(op))
 }
 
+/// Fails unless a rope's cos and sin tables have one shape.
+pub(crate) fn check_rope_tables(op: &str, cos: &Layout, sin: &Layout) -> Result<()> {
+    if cos.dims() == sin.dims() {
+        return Ok(());
+    }
+    Err(RocmError::layout(
+        op,
+        format!(
+            "cos {:?} and sin {:?} tables differ in shape",
+            cos.dims(),
+            sin.dims()
+        ),
+    )
+    .into())
+}
+
 /// Binds the float buffers of `$storages` (all of `$first`'s dtype) and wraps the new buffer.
 macro_rules! float_op {
     ($op:expr, $first:expr, [$($other:expr),*], |$($b:ident),+| $body:expr) => {{
@@ -337,17 +353,7 @@ impl RocmStorage {
                 format!("the input must have rank 4, not {:?}", layout.dims()),
             ))
         })?;
-        if cos_layout.dims() != sin_layout.dims() {
-            return Err(RocmError::layout(
-                op,
-                format!(
-                    "cos {:?} and sin {:?} tables differ in shape",
-                    cos_layout.dims(),
-                    sin_layout.dims()
-                ),
-            )
-            .into());
-        }
+        check_rope_tables(op, cos_layout, sin_layout)?;
         let dev = self.device();
         let slice = float_op!(op, self, [cos, sin], |x, c, s| {
             let src = contiguous(op, x, layout)?;

@@ -11,7 +11,7 @@ use rocm_kernels::KernelDType;
 
 use crate::device::RocmDevice;
 use crate::error::{hip_err, kernel_err, RocmError};
-use crate::fused::contiguous;
+use crate::fused::{check_rope_tables, contiguous};
 use crate::layout::Copy2dSpec;
 use crate::storage::{RocmStorage, RocmStorageSlice};
 
@@ -62,17 +62,7 @@ impl RocmStorage {
         let (cos, cos_layout) = inputs.cos;
         let (sin, sin_layout) = inputs.sin;
         let (v, v_layout) = inputs.v;
-        if cos_layout.dims() != sin_layout.dims() {
-            return Err(RocmError::layout(
-                op,
-                format!(
-                    "cos {:?} and sin {:?} tables differ in shape",
-                    cos_layout.dims(),
-                    sin_layout.dims()
-                ),
-            )
-            .into());
-        }
+        check_rope_tables(op, cos_layout, sin_layout)?;
         let kv_heads = heads - inputs.q_heads;
         if v_layout.dims() != [b, kv_heads, t, d] {
             return Err(RocmError::layout(

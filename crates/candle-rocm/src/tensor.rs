@@ -214,6 +214,18 @@ impl ExtQuantizedStorage for QRocmStorage {
     }
 }
 
+/// candle's description of a 2-D copy as candle-rocm's.
+fn copy2d_spec(c: Copy2dArgs) -> crate::layout::Copy2dSpec {
+    crate::layout::Copy2dSpec {
+        d1: c.d1,
+        d2: c.d2,
+        src_s: c.src_s,
+        dst_s: c.dst_s,
+        src_o: c.src_o,
+        dst_o: c.dst_o,
+    }
+}
+
 impl ExtBackendStorage for RocmStorage {
     fn copy2d_pair(
         &self,
@@ -223,15 +235,14 @@ impl ExtBackendStorage for RocmStorage {
         other_dst: &mut Self,
         second: Copy2dArgs,
     ) -> Result<()> {
-        let spec = |c: Copy2dArgs| crate::layout::Copy2dSpec {
-            d1: c.d1,
-            d2: c.d2,
-            src_s: c.src_s,
-            dst_s: c.dst_s,
-            src_o: c.src_o,
-            dst_o: c.dst_o,
-        };
-        RocmStorage::copy2d_pair(self, dst, spec(first), other, other_dst, spec(second))
+        RocmStorage::copy2d_pair(
+            self,
+            dst,
+            copy2d_spec(first),
+            other,
+            other_dst,
+            copy2d_spec(second),
+        )
     }
 
     fn rope_kv_append(
@@ -246,22 +257,14 @@ impl ExtBackendStorage for RocmStorage {
             FusedOp::RopeI => RopeKind::Interleaved,
             _ => return Ok(None),
         };
-        let spec = |c: Copy2dArgs| crate::layout::Copy2dSpec {
-            d1: c.d1,
-            d2: c.d2,
-            src_s: c.src_s,
-            dst_s: c.dst_s,
-            src_o: c.src_o,
-            dst_o: c.dst_o,
-        };
         let inputs = crate::RopeKvInputs {
             kind,
             cos: args.cos,
             sin: args.sin,
             q_heads: args.q_heads,
             v: args.v,
-            k_rows: spec(args.k_args),
-            v_rows: spec(args.v_args),
+            k_rows: copy2d_spec(args.k_args),
+            v_rows: copy2d_spec(args.v_args),
         };
         RocmStorage::rope_kv_append(self, qk_layout, inputs, k_dst, v_dst).map(Some)
     }

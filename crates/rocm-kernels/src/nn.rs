@@ -500,6 +500,19 @@ pub fn rope_thd<T: KernelDType>(
     rope_any(stream, RopeKind::Thd, src, cos, sin, dst, dims, table_dims)
 }
 
+/// The grid of a rope launch: blocks of [`ROPE_BLOCK`] threads for `work` items (grid-stride,
+/// at most [`BLOCKS_PER_MULTIPROCESSOR`] a multiprocessor), `grid_y` deep.
+fn rope_config(stream: &Stream, work: usize, grid_y: u32) -> LaunchConfig {
+    let sms = crate::elementwise::multiprocessors(stream);
+    let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
+    let blocks = work.div_ceil(ROPE_BLOCK as usize).clamp(1, max_blocks) as u32;
+    LaunchConfig {
+        grid: [blocks, grid_y, 1],
+        block: [ROPE_BLOCK, 1, 1],
+        shared_mem_bytes: 0,
+    }
+}
+
 /// [`rope`], [`rope_i`] or [`rope_thd`], chosen by `kind`.
 #[allow(clippy::too_many_arguments)]
 pub fn rope_any<T: KernelDType>(
@@ -527,14 +540,7 @@ pub fn rope_any<T: KernelDType>(
         return Ok(());
     };
     let device = stream.device();
-    let sms = crate::elementwise::multiprocessors(stream);
-    let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
-    let blocks = (n / 2).div_ceil(ROPE_BLOCK as usize).clamp(1, max_blocks) as u32;
-    let config = LaunchConfig {
-        grid: [blocks, 1, 1],
-        block: [ROPE_BLOCK, 1, 1],
-        shared_mem_bytes: 0,
-    };
+    let config = rope_config(stream, n / 2, 1);
     let f = crate::modules::function(&device, "nn", &format!("{op}_{}", T::NAME))?;
     let [b, n1, n2, d] = dims;
     // SAFETY: the kernel takes (u64 b, u64 n1, u64 n2, u64 d, u64 cs_stride_b, const T* src,
@@ -694,17 +700,8 @@ pub fn rope_kv<T: KernelDType>(
     }
     k.check(op, "the key cache", nkv)?;
     let v_d1 = v_rows.check(op, "the value cache", nkv)?;
-    let sms = crate::elementwise::multiprocessors(stream);
-    let max_blocks = (sms * BLOCKS_PER_MULTIPROCESSOR).min(65_535);
-    let blocks = (n / 2)
-        .max(nkv)
-        .div_ceil(ROPE_BLOCK as usize)
-        .clamp(1, max_blocks) as u32;
-    let config = LaunchConfig {
-        grid: [blocks, 2, 1],
-        block: [ROPE_BLOCK, 1, 1],
-        shared_mem_bytes: 0,
-    };
+    // Grid y = 0 rotates the n / 2 pairs, y = 1 copies the nkv values.
+    let config = rope_config(stream, (n / 2).max(nkv), 2);
     let f = crate::modules::function(&stream.device(), "nn", &format!("{op}_{}", T::NAME))?;
     // SAFETY: the kernel takes (u64 b, hq, hk, t, d, cs_stride_b, const T* qk, const T* cos,
     // const T* sin, T* q_out, T* k_dst, u64 k_d2, u64 k_dst_s, const T* v, T* v_dst, u64 v_d1,

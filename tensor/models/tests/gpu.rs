@@ -55,6 +55,15 @@ fn host_values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Launches of the kernels whose names start with `prefix` in a launch profile.
+fn launches(profile: &[hip_core::KernelProfile], prefix: &str) -> u64 {
+    profile
+        .iter()
+        .filter(|p| p.name.starts_with(prefix))
+        .map(|p| p.launches)
+        .sum()
+}
+
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     let host = |t: &Tensor| {
         t.to_device(&Device::Cpu)
@@ -1192,13 +1201,7 @@ fn kv_cache_appends_keys_and_values_in_one_launch() {
                     "{k_dtype:?}/{v_dtype:?} step {step}: {label} differ from the CPU's"
                 );
             }
-            let count = |prefix: &str| {
-                profile
-                    .iter()
-                    .filter(|p| p.name.starts_with(prefix))
-                    .map(|p| p.launches)
-                    .sum::<u64>()
-            };
+            let count = |prefix: &str| launches(&profile, prefix);
             // Rows that fit the buffer: one launch for both (two where the dtypes differ).
             if fits {
                 let pairs = count("copy2d_pair_");
@@ -1320,13 +1323,7 @@ fn kv_cache_append_with_rope_matches_cpu() {
                 // The rotation and both caches' rows in one launch; a step of one position
                 // that fits the buffer with one sequence (a decode step: the q/k and v views
                 // are contiguous) launches nothing else.
-                let count = |prefix: &str| {
-                    profile
-                        .iter()
-                        .filter(|p| p.name.starts_with(prefix))
-                        .map(|p| p.launches)
-                        .sum::<u64>()
-                };
+                let count = |prefix: &str| launches(&profile, prefix);
                 let fused = count(if interleaved {
                     "rope_i_kv_"
                 } else {
