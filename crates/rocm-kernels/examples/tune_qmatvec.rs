@@ -75,6 +75,8 @@ fn configs() -> Vec<(&'static str, &'static str)> {
         ("min_blocks3", "QS_MIN_BLOCKS=3"),
         ("teams4", "QS_TEAMS=4"),
         ("k_parts4", "QS_P_K=4"),
+        // q2k / q3k as before 2026-11-29 (8 parts, stages of 32 / 24 blocks).
+        ("q23k_8parts", "QS_P_Q23K=8 QS_SB_Q2K=32 QS_SB_Q3K=24"),
         ("unroll2", "QS_UNROLL=2"),
         ("hold0", "QS_HOLD=0"),
         ("hold_mb1", "QS_MIN_BLOCKS=1"),
@@ -103,8 +105,8 @@ fn stage_blocks(defines: &str, q: QuantType) -> usize {
             define_of(defines, "QS_SB_32", 128)
         }
         QuantType::Q8_0 | QuantType::Q8_1 => define_of(defines, "QS_SB_8", 64),
-        QuantType::Q2K => 32,
-        QuantType::Q3K => 24,
+        QuantType::Q2K => define_of(defines, "QS_SB_Q2K", 16),
+        QuantType::Q3K => define_of(defines, "QS_SB_Q3K", 16),
         _ => define_of(defines, "QS_SB_K", 16),
     }
 }
@@ -169,6 +171,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         QuantType::Q8_0,
         QuantType::Q5K,
         QuantType::Q4_1,
+        QuantType::Q5_0,
+        QuantType::Q5_1,
+        QuantType::Q3K,
+        QuantType::Q2K,
     ];
     for q in types {
         if only.as_deref().is_some_and(|t| t != q.name()) {

@@ -987,9 +987,14 @@ template <int NI> struct qi_x_lohi {
     }
 };
 // The 256-element types whose parts take LP = 4 NI elements of each of the four 32-element rows
-// of half h of the block (q2k, q3k, q6k): those rows' activations and their d.
-template <int P, int NI> struct qi_x_rows {
+// of half h of the block (q2k, q3k, q6k): those rows' activations and their d; with SUMS (q2k)
+// also the sum of each row's LP activations, which q2k's mins multiply, computed once where the
+// activations are held for many weight rows instead of once per weight row (H200, 14336 x 4096:
+// 57.0-57.5% -> 59.6-60.3% of the copy). The same sums in place of q3k's and q6k's offset dot
+// products measured slower for q3k (43.5 -> 42.5%) and made q6k's fused-norm product spill.
+template <int P, int NI, bool SUMS> struct qi_x_rows {
     int x[4][NI];
+    int xs[SUMS ? 4 : 1];
     float d[4];
     template <int HP>
     __device__ __forceinline__ void load(const signed char* q, const float2* ds, int part) {
@@ -997,6 +1002,12 @@ template <int P, int NI> struct qi_x_rows {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             qi_xs<NI>(q, (128 + HP) * h + 32 * j + l0, x[j]);  // 4 NI-byte aligned (l0 a multiple of 4 NI)
+            if (SUMS) {
+                int t = 0;
+#pragma unroll
+                for (int i = 0; i < NI; ++i) t = qi_dot4(0x01010101, x[j][i], t);
+                xs[j] = t;
+            }
             d[j] = ds[4 * h + j].x;
         }
     }
@@ -1241,19 +1252,16 @@ template <int P> struct qi_q2k {
             for (int j = 0; j < 4; ++j) w.v[j][i] = (int)((q >> (2 * j)) & 0x03030303u);
         }
     }
-    typedef qi_x_rows<P, NI> X;
+    typedef qi_x_rows<P, NI, true> X;
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         float acc = 0.0f, mins = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            int s = QI_MAGIC, sx = QI_MAGIC;
+            int s = QI_MAGIC;
 #pragma unroll
-            for (int i = 0; i < NI; ++i) {
-                s = qi_dot4(w.v[j][i], x.x[j][i], s);
-                sx = qi_dot4(0x01010101, x.x[j][i], sx);
-            }
+            for (int i = 0; i < NI; ++i) s = qi_dot4(w.v[j][i], x.x[j][i], s);
             acc += w.sc[j] * x.d[j] * qi_unmagic(s);
-            mins += w.mn[j] * x.d[j] * qi_unmagic(sx);
+            mins += w.mn[j] * x.d[j] * qi_unmagic(QI_MAGIC + x.xs[j]);
         }
         return w.d * acc - w.dmin * mins;
     }
@@ -1297,7 +1305,7 @@ template <int P> struct qi_q3k {
             }
         }
     }
-    typedef qi_x_rows<P, NI> X;
+    typedef qi_x_rows<P, NI, false> X;
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         float acc = 0.0f;
 #pragma unroll
@@ -1346,7 +1354,7 @@ template <int P> struct qi_q6k {
             w.v[3][i] = (int)(((lb >> 4) & 0x0F0F0F0Fu) | (((h >> 6) & 0x03030303u) << 4));
         }
     }
-    typedef qi_x_rows<P, NI> X;
+    typedef qi_x_rows<P, NI, false> X;
     static __device__ __forceinline__ float dot_x(const W& w, const X& x) {
         int s[4] = {QI_MAGIC, QI_MAGIC, QI_MAGIC, QI_MAGIC};
 #pragma unroll
@@ -2106,8 +2114,8 @@ QI_ALL(q2k, qi_q2k<QI_P_K>)
 QI_ALL(q3k, qi_q3k<QI_P_K>)
 
 // Parts per block of the staged kernel (measured on an H100 with examples/tune_qmatvec.rs, see
-// quantized.md): a whole block per lane for the 32-element types, 8 parts for q4k, 4 for q5k
-// and q6k.
+// quantized.md): a whole block per lane for the 32-element types, 8 parts for q4k, 4 for q5k,
+// q6k, q2k and q3k.
 #ifndef QS_P_32
 #define QS_P_32 1
 #endif
@@ -2119,6 +2127,19 @@ QI_ALL(q3k, qi_q3k<QI_P_K>)
 #endif
 #ifndef QS_P_Q6K
 #define QS_P_Q6K 4
+#endif
+// q2k and q3k: 4 parts of 16 elements a row and 16 blocks a stage, so that a lane's items of a
+// 4096-column row (2 a lane) keep their activations in registers (held, as q6k's); 8 parts with
+// stages of 32 / 24 blocks, which read them from shared memory for every weight row, ran at
+// 41% / 30% of the copy (H200, 2026-11-29).
+#ifndef QS_P_Q23K
+#define QS_P_Q23K 4
+#endif
+#ifndef QS_SB_Q2K
+#define QS_SB_Q2K 16
+#endif
+#ifndef QS_SB_Q3K
+#define QS_SB_Q3K 16
 #endif
 // Stages in flight per team. Measured on an H100 (tune_qmatvec, quantized.md): 2 and 3 were
 // slower than 1 at every decode shape (more registers, no gain: the stages of one team are not
@@ -2135,8 +2156,8 @@ QS_ALL(q8_1, qi_q8_1<QS_P_32>, QS_SB_8, QS_DEPTH)
 QS_ALL(q4k, qi_q4k<QS_P_K>, QS_SB_K, QS_DEPTH)
 QS_ALL(q5k, qi_q5k<QS_P_Q5K>, QS_SB_K, QS_DEPTH)
 QS_ALL(q6k, qi_q6k<QS_P_Q6K>, QS_SB_K, QS_DEPTH)
-QS_ALL(q2k, qi_q2k<QS_P_K>, 32, QS_DEPTH)
-QS_ALL(q3k, qi_q3k<QS_P_K>, 24, QS_DEPTH)
+QS_ALL(q2k, qi_q2k<QS_P_Q23K>, QS_SB_Q2K, QS_DEPTH)
+QS_ALL(q3k, qi_q3k<QS_P_Q23K>, QS_SB_Q3K, QS_DEPTH)
 
 #define QK_PLAIN_FROM(SNAME, STYPE)                                                              \
     QK_PLAIN_KERNEL(SNAME, STYPE, f32, f32)                                                      \

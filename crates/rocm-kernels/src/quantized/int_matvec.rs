@@ -341,9 +341,12 @@ fn staged_stage_blocks(q: QuantType) -> usize {
     match q {
         QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0 | QuantType::Q5_1 => 128,
         QuantType::Q8_0 | QuantType::Q8_1 => 64,
-        QuantType::Q2K => 32,
-        QuantType::Q3K => 24,
-        QuantType::Q4K | QuantType::Q5K | QuantType::Q6K | QuantType::Q8K => 16,
+        QuantType::Q2K
+        | QuantType::Q3K
+        | QuantType::Q4K
+        | QuantType::Q5K
+        | QuantType::Q6K
+        | QuantType::Q8K => 16,
     }
 }
 
@@ -789,6 +792,44 @@ mod tests {
                 "{q:?}: kernels/quantized.hip lacks `{line}`"
             );
             assert_eq!(staged_activation_pad(q), pad, "{q:?}");
+        }
+    }
+
+    /// The stage sizes the wrappers allocate shared memory for are the kernels' (`QS_ALL`'s
+    /// third argument, a number or a define's default): a larger stage in the kernel would
+    /// write past the block's shared memory.
+    #[test]
+    fn staged_stage_blocks_match_the_kernels() {
+        let src = crate::modules::full_source("quantized").expect("quantized");
+        let default_of = |name: &str| -> usize {
+            let prefix = format!("#define {name} ");
+            let line = src
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no `{prefix}` in kernels/quantized.hip"));
+            line[prefix.len()..].trim().parse().expect("a number")
+        };
+        for q in [
+            QuantType::Q4_0,
+            QuantType::Q4_1,
+            QuantType::Q5_0,
+            QuantType::Q5_1,
+            QuantType::Q8_0,
+            QuantType::Q8_1,
+            QuantType::Q2K,
+            QuantType::Q3K,
+            QuantType::Q4K,
+            QuantType::Q5K,
+            QuantType::Q6K,
+        ] {
+            let prefix = format!("QS_ALL({}, ", q.name());
+            let line = src
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no `{prefix}` in kernels/quantized.hip"));
+            let sb = line.split(", ").nth(2).expect("QS_ALL's stage argument");
+            let blocks = sb.parse::<usize>().unwrap_or_else(|_| default_of(sb));
+            assert_eq!(staged_stage_blocks(q), blocks, "{q:?}: `{line}`");
         }
     }
 }
