@@ -809,19 +809,8 @@ mod tests {
                 .unwrap_or_else(|| panic!("no `{prefix}` in kernels/quantized.hip"));
             line[prefix.len()..].trim().parse().expect("a number")
         };
-        for q in [
-            QuantType::Q4_0,
-            QuantType::Q4_1,
-            QuantType::Q5_0,
-            QuantType::Q5_1,
-            QuantType::Q8_0,
-            QuantType::Q8_1,
-            QuantType::Q2K,
-            QuantType::Q3K,
-            QuantType::Q4K,
-            QuantType::Q5K,
-            QuantType::Q6K,
-        ] {
+        // Every type with a staged kernel (Q8K has no integer product).
+        for q in QuantType::ALL.into_iter().filter(|&q| q != QuantType::Q8K) {
             let prefix = format!("QS_ALL({}, ", q.name());
             let line = src
                 .lines()
