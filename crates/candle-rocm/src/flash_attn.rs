@@ -1,5 +1,6 @@
 //! candle-flash-attn's API on ROCm tensors: the same functions, shapes and semantics, so that a
-//! model switches by changing one import (`use candle_rocm::flash_attn::*`).
+//! model switches by changing one import (`use candle_rocm::flash_attn::*`, or the same names
+//! at the crate root: `candle_rocm::flash_attn(q, k, v, softmax_scale, causal)`).
 //!
 //! * q `(batch, seq_q, heads_q, head_dim)`, k and v `(batch, seq_k, heads_kv, head_dim)`, output
 //!   like q; `heads_q` a multiple of `heads_kv` (grouped- and multi-query attention without

@@ -110,6 +110,13 @@ pub mod flash_attn;
 pub use conv::{Conv2dSpec, ConvPath};
 pub use device::RocmDevice;
 pub use error::RocmError;
+/// candle-flash-attn's functions at the crate root too (`candle_rocm::flash_attn(q, k, v,
+/// softmax_scale, causal)`), so that a model switches by changing one import.
+#[cfg(feature = "tensor")]
+pub use flash_attn::{
+    flash_attn, flash_attn_varlen, flash_attn_varlen_windowed, flash_attn_windowed,
+    flash_attn_windowed_softcap,
+};
 pub use quantized::{QRocmStorage, QuantizedGemmPlan, QuantizedMatvec};
 pub use rope_kv::RopeKvInputs;
 pub use storage::{RocmStorage, RocmStorageSlice};

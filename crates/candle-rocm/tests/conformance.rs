@@ -790,6 +790,13 @@ impl Matrix {
              `RocmError` naming op and dtype, as expected; `.`: not applicable. Ops not listed \
              return a typed error (not implemented yet).\n"
         );
+        let _ = writeln!(
+            s,
+            "Quantized GGUF tensors (every `GgmlDType`: load, dequantize, quantize, matmul, \
+             `indexed_moe_forward`) are covered in [quantized.md](quantized.md#coverage), fused \
+             attention (`flash_attn`, `flash_attn_varlen`, candle-nn's `sdpa`) in \
+             [attention.md](attention.md).\n"
+        );
         let _ = write!(s, "| op |");
         for c in COLUMNS {
             let _ = write!(s, " {c} |");

@@ -769,7 +769,10 @@ fn attn_tol(dtype: DType) -> f32 {
 #[test]
 #[ignore = "needs a GPU"]
 fn flash_attn_api_matches_the_unfused_cpu_computation() {
-    use candle_rocm::flash_attn::*;
+    // The crate-root names, as a model switching from candle-flash-attn imports them.
+    use candle_rocm::{
+        flash_attn, flash_attn_varlen, flash_attn_windowed, flash_attn_windowed_softcap,
+    };
     let _lock = shared();
     let dev = rocm();
     for dtype in [DType::F32, DType::F16, DType::BF16] {
