@@ -22,6 +22,8 @@
 //! CPU reference for it; `indexed_moe_forward` itself is checked against f64 in candle-rocm's
 //! conformance suite.)
 //!
+//! * truncated and corrupt GGUF files and blocks that do not match their shape are errors.
+//!
 //! Every test needs a GPU (`#[ignore = "needs a GPU"]`). On NVIDIA: `HIP_PLATFORM=nvidia`.
 
 use std::path::PathBuf;
@@ -430,4 +432,109 @@ fn smollm2_generates_the_cpu_tokens() {
             lead(&cpu_q8[i]),
         );
     }
+}
+
+/// Where a GGUF file's tensor data starts, and where the data of its last transformer-block
+/// tensor (one every llama model reads) ends.
+fn gguf_data_end(path: &std::path::Path) -> (usize, usize) {
+    let mut f = std::fs::File::open(path).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
+    let start = content.tensor_data_offset as usize;
+    let end = content
+        .tensor_infos
+        .iter()
+        .filter(|(name, _)| name.starts_with("blk."))
+        .map(|(_, t)| {
+            let dtype = t.ggml_dtype;
+            start
+                + t.offset as usize
+                + t.shape.elem_count() / dtype.block_size() * dtype.type_size()
+        })
+        .max()
+        .unwrap();
+    (start, end)
+}
+
+/// Truncated and corrupt GGUF files, and blocks that do not match their shape, are errors on
+/// the device, never a panic or a fault: a random llama GGUF (Q4K) cut inside its header, its
+/// metadata and tensor infos, at the start of its tensor data, inside it and one byte before
+/// the end of its last block's tensor, and with its magic or its version overwritten, fails to load onto the device
+/// (`load_quantized_llama`) while the intact file loads; blocks one block short of their shape,
+/// bytes that are not whole blocks and k-quant rows that are not a multiple of 256 are errors
+/// naming the type or the shape.
+#[test]
+#[ignore = "needs a GPU"]
+fn corrupt_gguf_and_mismatched_blocks_are_errors() {
+    use candle_core::quantized::{QStorage, QTensor};
+    use std::borrow::Cow;
+    let _serial = one_at_a_time();
+    let dir = tmp_dir("corrupt");
+    let src = dir.join("q4k.gguf");
+    write_random_llama_gguf(&src, &RandomLlamaConfig::tiny(), GgmlDType::Q4K, 3).unwrap();
+    let bytes = std::fs::read(&src).unwrap();
+    let (data_start, data_end) = gguf_data_end(&src);
+    let dev = rocm();
+    load_quantized_llama(&src, &dev).expect("the intact file loads");
+    let load = |label: &str, contents: &[u8]| {
+        let path = dir.join(format!("{label}.gguf"));
+        std::fs::write(&path, contents).unwrap();
+        let result = load_quantized_llama(&path, &dev);
+        let err = match result {
+            Ok(_) => panic!("{label}: the corrupt file loaded"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.starts_with(&format!("loading {}: ", path.display())),
+            "{label}: the error names the file: {err}"
+        );
+    };
+    for (label, cut) in [
+        ("cut in the magic", 2),
+        ("cut in the header", 12),
+        ("cut in the metadata", data_start / 3),
+        ("cut before the data", data_start - 1),
+        ("cut at the data", data_start),
+        ("cut in the data", (data_start + data_end) / 2),
+        ("cut one byte short", data_end - 1),
+    ] {
+        load(label, &bytes[..cut]);
+    }
+    let mut bad_magic = bytes.clone();
+    bad_magic[..4].copy_from_slice(b"GGXX");
+    load("bad magic", &bad_magic);
+    let mut bad_version = bytes.clone();
+    bad_version[4..8].copy_from_slice(&99u32.to_le_bytes());
+    load("bad version", &bad_version);
+
+    // Blocks and shapes.
+    let t = Tensor::randn(0f32, 1.0, (4, 256), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, GgmlDType::Q4K).unwrap();
+    let data = q.data().unwrap();
+    let block = GgmlDType::Q4K.type_size();
+    let short = QStorage::from_data(
+        Cow::Borrowed(&data[..data.len() - block]),
+        &dev,
+        GgmlDType::Q4K,
+    )
+    .unwrap();
+    let err = QTensor::new(short, (4, 256)).unwrap_err().to_string();
+    assert!(
+        err.contains("Q4K") && err.contains("[4, 256]"),
+        "one block short: {err}"
+    );
+    let partial = QStorage::from_data(Cow::Borrowed(&data[..data.len() - 1]), &dev, GgmlDType::Q4K);
+    let err = partial
+        .err()
+        .expect("bytes that are not whole blocks")
+        .to_string();
+    assert!(err.contains("Q4K"), "partial block: {err}");
+    let narrow = Tensor::randn(0f32, 1.0, (3, 100), &dev).unwrap();
+    let err = QTensor::quantize(&narrow, GgmlDType::Q4K)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("[3, 100]") && err.contains("256"),
+        "rows of 100: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
