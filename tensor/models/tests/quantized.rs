@@ -16,13 +16,12 @@
 //! * decode steps take the fused attention (candle-nn's `sdpa`, routed to our kernels by the
 //!   Candle patch) where our kernels have the head dim and the unfused path where not, both
 //!   matching the CPU;
+//! * truncated and corrupt GGUF files, and blocks that do not match their shape, are errors.
 //!
 //! (candle-transformers' `quantized_qwen3_moe` runs its experts through candle-nn's
 //! `moe_gemm_gguf`, which Candle implements for CUDA only: the CPU cannot run it, so there is no
 //! CPU reference for it; `indexed_moe_forward` itself is checked against f64 in candle-rocm's
 //! conformance suite.)
-//!
-//! * truncated and corrupt GGUF files and blocks that do not match their shape are errors.
 //!
 //! Every test needs a GPU (`#[ignore = "needs a GPU"]`). On NVIDIA: `HIP_PLATFORM=nvidia`.
 
@@ -458,8 +457,9 @@ fn gguf_data_end(path: &std::path::Path) -> (usize, usize) {
 /// Truncated and corrupt GGUF files, and blocks that do not match their shape, are errors on
 /// the device, never a panic or a fault: a random llama GGUF (Q4K) cut inside its header, its
 /// metadata and tensor infos, at the start of its tensor data, inside it and one byte before
-/// the end of its last block's tensor, and with its magic or its version overwritten, fails to load onto the device
-/// (`load_quantized_llama`) while the intact file loads; blocks one block short of their shape,
+/// the end of its last block's tensor, and with its magic or its version overwritten, fails to
+/// load onto the device (`load_quantized_llama`) while the intact file loads; blocks one block
+/// short of their shape,
 /// bytes that are not whole blocks and k-quant rows that are not a multiple of 256 are errors
 /// naming the type or the shape.
 #[test]
