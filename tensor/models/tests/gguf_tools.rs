@@ -1,6 +1,9 @@
 //! GGUF tooling on the CPU, without network: random llama GGUF files written by
 //! `write_random_llama_gguf`, requantized, truncated, loaded with candle-transformers'
-//! quantized llama and decoded greedily; the GGUF tokenizer on a hand-made vocabulary.
+//! quantized llama and decoded greedily; random qwen3moe files through candle-transformers'
+//! quantized qwen3 MoE, whose experts run through candle-nn's `moe_gemm_gguf` (our Candle
+//! patch's `QTensor::indexed_moe_forward` path off CUDA, checked against f64); the GGUF
+//! tokenizer on a hand-made vocabulary.
 //! The test on the real SmolLM2-135M-Instruct is #[ignore]d (it needs
 //! scripts/fetch-smollm2.sh).
 
@@ -8,12 +11,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value;
-use candle_core::quantized::GgmlDType;
-use candle_core::{Device, Tensor};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor};
 use candle_rocm_models::gguf_tools::{
-    gguf_token_id, greedy_generate, load_gguf_tokenizer, load_quantized_llama, parse_ggml_dtype,
-    read_gguf, read_gguf_tensors, requantize, smollm2_gguf, tokenizer_from_gguf_metadata,
-    truncate_layers, write_random_llama_gguf, RandomLlamaConfig,
+    gguf_token_id, greedy_generate, load_gguf_tokenizer, load_quantized_llama,
+    load_quantized_qwen3_moe, parse_ggml_dtype, read_gguf, read_gguf_tensors, requantize,
+    smollm2_gguf, tokenizer_from_gguf_metadata, truncate_layers, write_random_llama_gguf,
+    write_random_qwen3moe_gguf, RandomLlamaConfig, RandomQwen3MoeConfig,
 };
 use candle_transformers::models::quantized_llama::ModelWeights;
 
@@ -371,6 +375,125 @@ fn truncate_layers_keeps_the_first_blocks() {
     assert!(truncate_layers(&src, &dir.join("four.gguf"), 4).is_err());
     let all = dir.join("all.gguf");
     assert_eq!(truncate_layers(&src, &all, 3).unwrap().tensors_out, 30);
+}
+
+/// candle-nn's `moe_gemm_gguf` off CUDA (our patch: `QTensor::indexed_moe_forward`, on the CPU
+/// each expert's rows through the CPU's quantized matmul): with F32 experts, whose CPU product
+/// is exact f32, every (token, slot) row equals the f64 product with the expert the router
+/// chose, for the gate/up form (one input row per token) and the down form (one per slot,
+/// scaled by the slot's weight); the expert ids come sorted, as `FusedMoeGGUF` passes them.
+#[test]
+fn moe_gemm_gguf_matches_f64_off_cuda() {
+    let (experts, n, k, tokens, topk) = (5, 24, 64, 4, 3);
+    let det = |i: usize, salt: usize| (((i * 7919 + salt * 104_729) % 1999) as f32 / 999.5) - 1.0;
+    let w: Vec<f32> = (0..experts * n * k).map(|i| det(i, 1)).collect();
+    let wq = QTensor::quantize(
+        &Tensor::from_vec(w.clone(), (experts, n, k), &Device::Cpu).unwrap(),
+        GgmlDType::F32,
+    )
+    .unwrap();
+    let ids: Vec<u32> = vec![4, 0, 2, 1, 3, 0, 2, 2, 4, 0, 1, 3];
+    let (experts_ids, sorted_token_ids) = Tensor::new(ids.as_slice(), &Device::Cpu)
+        .unwrap()
+        .sort_last_dim(true)
+        .unwrap();
+    let x1: Vec<f32> = (0..tokens * k).map(|i| det(i, 2)).collect();
+    let xs: Vec<f32> = (0..tokens * topk * k).map(|i| det(i, 3)).collect();
+    let scale: Vec<f32> = (0..tokens * topk).map(|i| 0.25 + det(i, 4).abs()).collect();
+    let dot = |e: usize, row: usize, x: &[f32]| -> Vec<f64> {
+        (0..n)
+            .map(|j| {
+                (0..k)
+                    .map(|c| w[(e * n + j) * k + c] as f64 * x[row * k + c] as f64)
+                    .sum()
+            })
+            .collect()
+    };
+    for down in [false, true] {
+        let (input, weights) = if down {
+            let s = Tensor::from_vec(scale.clone(), (tokens, topk), &Device::Cpu).unwrap();
+            (
+                Tensor::from_vec(xs.clone(), (tokens * topk, k), &Device::Cpu).unwrap(),
+                Some(s),
+            )
+        } else {
+            (
+                Tensor::from_vec(x1.clone(), (tokens, k), &Device::Cpu).unwrap(),
+                None,
+            )
+        };
+        let y = candle_nn::moe::moe_gemm_gguf(
+            &input,
+            &wq,
+            &weights,
+            &sorted_token_ids,
+            &experts_ids,
+            topk,
+            false,
+            DType::F32,
+        )
+        .unwrap();
+        assert_eq!(y.dims(), &[tokens * topk, n]);
+        let y: Vec<Vec<f32>> = y.to_vec2().unwrap();
+        for (r, row) in y.iter().enumerate() {
+            let e = ids[r] as usize;
+            let want = if down {
+                dot(e, r, &xs).iter().map(|v| v * scale[r] as f64).collect()
+            } else {
+                dot(e, r / topk, &x1)
+            };
+            for (j, (&got, want)) in row.iter().zip(&want).enumerate() {
+                assert!(
+                    (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "down={down} row {r} (expert {e}) column {j}: {got} against {want}"
+                );
+            }
+        }
+    }
+    // Ids that do not match the rows are errors, not panics.
+    let short = Tensor::new(&[0u32, 1], &Device::Cpu).unwrap();
+    let x = Tensor::from_vec(x1.clone(), (tokens, k), &Device::Cpu).unwrap();
+    assert!(
+        candle_nn::moe::moe_gemm_gguf(&x, &wq, &None, &short, &short, topk, false, DType::F32)
+            .is_err()
+    );
+}
+
+/// A random qwen3moe GGUF has the layout candle-transformers' quantized qwen3 MoE reads; on the
+/// CPU the Q8_0 model's logits stay close to the same model dequantized to F32, and decoding
+/// is deterministic.
+#[test]
+fn random_qwen3moe_gguf_runs_on_the_cpu() {
+    let dir = TempDir::new("qwen3moe");
+    let cfg = RandomQwen3MoeConfig::tiny();
+    let path = dir.join("q8_0.gguf");
+    write_random_qwen3moe_gguf(&path, &cfg, GgmlDType::Q8_0, 5).unwrap();
+    let types = tensor_types(&path);
+    assert_eq!(types.len(), cfg.tensor_shapes().len());
+    assert_eq!(
+        types["blk.1.ffn_down_exps.weight"],
+        (GgmlDType::Q8_0, vec![8, 256, 256])
+    );
+    assert_eq!(types["blk.0.ffn_gate_inp.weight"].0, GgmlDType::F32);
+    let exact_path = dir.join("f32.gguf");
+    requantize(&path, &exact_path, GgmlDType::F32).unwrap();
+    let prompt = Tensor::new(&[[3u32, 200, 17, 88, 401]], &Device::Cpu).unwrap();
+    let logits = |p: &Path| -> Vec<f32> {
+        let mut m = load_quantized_qwen3_moe(p, &Device::Cpu, DType::F32).unwrap();
+        let l = m.forward(&prompt, 0).unwrap();
+        let next = Tensor::new(&[[7u32]], &Device::Cpu).unwrap();
+        let l2 = m.forward(&next, 5).unwrap();
+        [l, l2]
+            .iter()
+            .flat_map(|l| l.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+            .collect()
+    };
+    let (q, exact) = (logits(&path), logits(&exact_path));
+    assert_eq!(q.len(), 2 * cfg.vocab_size);
+    assert!(q.iter().all(|v| v.is_finite()));
+    let err = relative_rms_error(&q, &exact);
+    assert!(err < 0.05, "Q8_0 against F32: relative rms error {err}");
+    assert_eq!(q, logits(&path), "the CPU model is deterministic");
 }
 
 #[test]

@@ -18,22 +18,26 @@
 //!   matching the CPU;
 //! * truncated and corrupt GGUF files, and blocks that do not match their shape, are errors.
 //!
-//! (candle-transformers' `quantized_qwen3_moe` runs its experts through candle-nn's
-//! `moe_gemm_gguf`, which Candle implements for CUDA only: the CPU cannot run it, so there is no
-//! CPU reference for it; `indexed_moe_forward` itself is checked against f64 in candle-rocm's
-//! conformance suite.)
+//! * a random qwen3moe GGUF (every block's MLP 8 experts, 2 used per token) per GGML type,
+//!   through `quantized_qwen3_moe`: its experts go through candle-nn's `moe_gemm_gguf`, which
+//!   Candle implements for CUDA only and our Candle patch runs on other devices through
+//!   `QTensor::indexed_moe_forward` (on the CPU: each expert's rows through the CPU's quantized
+//!   matmul; on ours: one `qmoe_*` launch); compared as the llama models are, the exact model
+//!   being the same file with every weight dequantized to F32.
 //!
 //! Every test needs a GPU (`#[ignore = "needs a GPU"]`). On NVIDIA: `HIP_PLATFORM=nvidia`.
 
 use std::path::PathBuf;
 
-use candle_core::quantized::GgmlDType;
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use candle_rocm::{QuantizedMatvec, RocmDeviceExt};
 use candle_rocm_models::gguf_tools::{
-    load_quantized_llama, write_random_llama_gguf, RandomLlamaConfig,
+    load_quantized_llama, load_quantized_qwen3_moe, requantize, write_random_llama_gguf,
+    write_random_qwen3moe_gguf, RandomLlamaConfig, RandomQwen3MoeConfig,
 };
 use candle_transformers::models::quantized_llama::ModelWeights;
+use candle_transformers::models::quantized_qwen3_moe::GGUFQWenMoE;
 
 /// Serialises this file's tests: one of them counts launches by kernel name, which are
 /// process-wide.
@@ -108,12 +112,29 @@ struct Forced {
     gpu_tokens: Vec<u32>,
 }
 
+/// A causal language model: the logits of the last position of one sequence.
+trait CausalLm {
+    fn logits(&mut self, input: &Tensor, pos: usize) -> Tensor;
+}
+
+impl CausalLm for ModelWeights {
+    fn logits(&mut self, input: &Tensor, pos: usize) -> Tensor {
+        self.forward(input, pos).unwrap()
+    }
+}
+
+impl CausalLm for GGUFQWenMoE {
+    fn logits(&mut self, input: &Tensor, pos: usize) -> Tensor {
+        self.forward(input, pos).unwrap()
+    }
+}
+
 /// Runs the prompt then `steps` decode steps on the three models, feeding all of them the CPU's
 /// greedy tokens (teacher forcing, so that a near-tie cannot make the runs diverge).
-fn teacher_forced(
-    cpu: &mut ModelWeights,
-    exact: &mut ModelWeights,
-    gpu: &mut ModelWeights,
+fn teacher_forced<M: CausalLm>(
+    cpu: &mut M,
+    exact: &mut M,
+    gpu: &mut M,
     prompt: &[u32],
     steps: usize,
 ) -> Forced {
@@ -136,9 +157,9 @@ fn teacher_forced(
             .unwrap()
             .unsqueeze(0)
             .unwrap();
-        let lc = logits_f32(&cpu.forward(&xc, pos).unwrap());
-        let le = logits_f32(&exact.forward(&xc, pos).unwrap());
-        let lg = logits_f32(&gpu.forward(&xg, pos).unwrap());
+        let lc = logits_f32(&cpu.logits(&xc, pos));
+        let le = logits_f32(&exact.logits(&xc, pos));
+        let lg = logits_f32(&gpu.logits(&xg, pos));
         f.gpu_vs_cpu = f.gpu_vs_cpu.max(rel_err(&lg, &lc));
         f.gpu_vs_exact = f.gpu_vs_exact.max(rel_err(&lg, &le));
         f.cpu_vs_exact = f.cpu_vs_exact.max(rel_err(&lc, &le));
@@ -220,6 +241,114 @@ fn random_llama_gguf_matches_the_cpu_for_every_block_type() {
         );
     }
     println!("{}", report.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// candle-transformers' quantized qwen3 MoE, a random model per expert block type (the types
+/// Candle's CUDA MoE kernels take, Q8_0 and Q2K-Q6K, and the rest): the prompt and 16 decode
+/// steps as for the llama models, the exact model being the same file dequantized to F32; each
+/// forward pass runs one `qmoe_*` launch per expert product (gate, up, down) and layer; an
+/// expert id out of range is an error naming the type and shape on the CPU and an error at the
+/// next read on the GPU.
+#[test]
+#[ignore = "needs a GPU"]
+fn random_qwen3_moe_gguf_matches_the_cpu_for_every_block_type() {
+    let _serial = one_at_a_time();
+    let dir = tmp_dir("qwen3moe");
+    let cfg = RandomQwen3MoeConfig::tiny();
+    let prompt: Vec<u32> = vec![3, 200, 17, 88, 401, 9, 256, 511];
+    let mut report = Vec::new();
+    for dtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ] {
+        let path = dir.join(format!("{dtype:?}.gguf"));
+        let exact_path = dir.join(format!("{dtype:?}-f32.gguf"));
+        write_random_qwen3moe_gguf(&path, &cfg, dtype, 13).unwrap();
+        requantize(&path, &exact_path, GgmlDType::F32).unwrap();
+        let mut cpu = load_quantized_qwen3_moe(&path, &Device::Cpu, DType::F32).unwrap();
+        let mut exact = load_quantized_qwen3_moe(&exact_path, &Device::Cpu, DType::F32).unwrap();
+        let mut gpu = load_quantized_qwen3_moe(&path, &rocm(), DType::F32).unwrap();
+        let f = teacher_forced(&mut cpu, &mut exact, &mut gpu, &prompt, 16);
+        let agree = f
+            .cpu_tokens
+            .iter()
+            .zip(&f.gpu_tokens)
+            .filter(|(a, b)| a == b)
+            .count();
+        report.push(format!(
+            "qwen3moe {dtype:?}: worst relative logit error against the exact (F32) model: GPU \
+             {:.2e}, CPU {:.2e}; GPU against CPU {:.2e}; argmax agrees {agree}/{}",
+            f.gpu_vs_exact,
+            f.cpu_vs_exact,
+            f.gpu_vs_cpu,
+            f.cpu_tokens.len()
+        ));
+        let bound = 1.5 * f.cpu_vs_exact + 1e-3;
+        assert!(
+            f.gpu_vs_exact <= bound,
+            "qwen3moe {dtype:?}: relative logit error {:.3e} against the exact model, bound \
+             {bound:.3e}\n{report:#?}",
+            f.gpu_vs_exact
+        );
+        // One more decode step, its launches counted: the experts' three products per layer.
+        let x = Tensor::new(&[f.cpu_tokens[0]], &rocm())
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        hip_core::launch_profile_start_this_thread(false);
+        let logits = gpu.forward(&x, prompt.len() + 17).unwrap();
+        let profile = hip_core::launch_profile_stop();
+        logits_f32(&logits);
+        let moe = profile
+            .iter()
+            .filter(|p| p.name.starts_with("qmoe_"))
+            .map(|p| p.launches)
+            .sum::<u64>();
+        assert_eq!(
+            moe,
+            3 * cfg.num_layers as u64,
+            "qwen3moe {dtype:?}: launches {profile:?}"
+        );
+    }
+    println!("{}", report.join("\n"));
+
+    // An expert id out of range: the CPU's error names the type and shape; ours is reported
+    // by the next read of the device, nothing written out of bounds.
+    let w = QTensor::quantize(
+        &Tensor::ones((4, 32, 256), DType::F32, &Device::Cpu).unwrap(),
+        GgmlDType::Q4K,
+    )
+    .unwrap();
+    let x = Tensor::ones((2, 1, 256), DType::F32, &Device::Cpu).unwrap();
+    let ids = Tensor::new(&[[0u32, 1], [3, 4]], &Device::Cpu).unwrap();
+    let err = w.indexed_moe_forward(&x, &ids).unwrap_err().to_string();
+    assert!(
+        err.contains("expert id 4") && err.contains("Q4K") && err.contains("[4, 32, 256]"),
+        "{err}"
+    );
+    let dev = rocm();
+    let wg = QTensor::quantize_onto(
+        &Tensor::ones((4, 32, 256), DType::F32, &Device::Cpu).unwrap(),
+        GgmlDType::Q4K,
+        &dev,
+    )
+    .unwrap();
+    let bad = wg
+        .indexed_moe_forward(&x.to_device(&dev).unwrap(), &ids.to_device(&dev).unwrap())
+        .and_then(|y| y.to_vec3::<f32>());
+    assert!(
+        bad.is_err(),
+        "an expert id of 4 with 4 experts must be an error"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
