@@ -13,6 +13,12 @@
 //!   default [`QuantizedGemmPlan`] (`candle_rocm_qmatmul`) and others (`plan_chunk_*`: chunk
 //!   size, one stream or overlapped); beside `reference_f16_gemm`, the dense f16 GEMM of the
 //!   same shape through candle-rocm's matmul;
+//! * `qmoe_128x768x2048_{type}`: a decode step's expert product of a Qwen3-30B-A3B-shaped MoE
+//!   layer (128 experts of 768 x 2048, one token, 8 experts used), f32, through
+//!   [`QRocmStorage::indexed_moe_forward`] with 8-bit activations (`candle_rocm_qmoe`, the
+//!   default) and float ones (`candle_rocm_qmoe_float`); each call takes the next 8 experts, so
+//!   that the calls cycle through all 128 (113 MB in Q4K, more than the L2); throughput = the 8
+//!   experts' bytes, beside `reference_copy` of as many bytes;
 //! * `qdequantize_14336x4096_{type}`: the dequantization to f16 alone (`candle_rocm_dequantize_f16`,
 //!   throughput = the blocks read + the f16 written) beside `reference_copy`, a copy that reads and
 //!   writes as many bytes in all.
@@ -213,5 +219,73 @@ fn qdequantize(c: &mut Criterion, dev: &RocmDevice, w: &QRocmStorage, dtype: Ggm
     g.finish();
 }
 
-criterion_group!(benches, qmatvec, qprefill);
+fn qmoe(c: &mut Criterion) {
+    let Some(dev) = device() else { return };
+    let (experts, n, k, topk) = (128usize, 768usize, 2048usize, 8usize);
+    let x = dev
+        .rand_uniform(&Shape::from((1, 1, k)), DType::F32, -1.0, 1.0)
+        .unwrap();
+    let xl = Layout::contiguous((1, 1, k));
+    let idl = Layout::contiguous((1, topk));
+    let wshape = Shape::from((experts, n, k));
+    // Call i takes experts 8i .. 8i + 8 (mod 128), spread over the table.
+    let ids: Vec<_> = (0..experts / topk)
+        .map(|i| {
+            let set: Vec<u32> = (0..topk)
+                .map(|j| ((i * topk + j * 17) % experts) as u32)
+                .collect();
+            dev.storage_from_slice(&set).unwrap()
+        })
+        .collect();
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q8_0] {
+        let rows = 64;
+        let base = Tensor::rand(-1f32, 1f32, (rows, k), &Device::Cpu).unwrap();
+        let data = QTensor::quantize(&base, dtype)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec();
+        let all = data.repeat(experts * n / rows);
+        let w = QRocmStorage::from_blocks(&dev, dtype, &all).unwrap();
+        let bytes = all.len() / experts * topk;
+        let mut g = c.benchmark_group(format!("qmoe_{experts}x{n}x{k}_{dtype:?}"));
+        g.sample_size(20);
+        let stream = dev.hip_device().default_stream();
+        let src = stream.alloc::<u8>(bytes).unwrap();
+        let mut dst = stream.alloc::<u8>(bytes).unwrap();
+        g.throughput(Throughput::Bytes(2 * bytes as u64));
+        g.bench_function("reference_copy", |b| {
+            b.iter_custom(|it| {
+                gpu_time(&dev, it, || {
+                    dst.as_mut_slice()
+                        .copy_from_device(&src.as_slice())
+                        .unwrap()
+                })
+            })
+        });
+        g.throughput(Throughput::Bytes(bytes as u64));
+        for (name, kind) in [
+            ("candle_rocm_qmoe", QuantizedMatvec::Int8Activations),
+            ("candle_rocm_qmoe_float", QuantizedMatvec::FloatActivations),
+        ] {
+            dev.set_quantized_matvec(kind);
+            let mut next = 0usize;
+            g.bench_function(name, |b| {
+                b.iter_custom(|it| {
+                    gpu_time(&dev, it, || {
+                        next = (next + 1) % ids.len();
+                        std::hint::black_box(
+                            w.indexed_moe_forward(&wshape, &x, &xl, &ids[next], &idl)
+                                .unwrap(),
+                        );
+                    })
+                })
+            });
+        }
+        dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
+        g.finish();
+    }
+}
+
+criterion_group!(benches, qmatvec, qprefill, qmoe);
 criterion_main!(benches);

@@ -20,7 +20,9 @@
 //!   exact product of the dequantized weights) for Q8K and on request.
 //! * **Embedding** rows and the **indexed mixture-of-experts** product read their ids on the
 //!   device; an out-of-range id becomes a typed error at the next host read or synchronization
-//!   (the device's indexing error flag, see [`RocmDevice`]).
+//!   (the device's indexing error flag, see [`RocmDevice`]). The MoE product follows the
+//!   device's choice: 8-bit activations by default (each (token, slot) pair through the staged
+//!   one-row integer product), f32 activations with `FloatActivations` and for Q8K.
 //!
 //! Nothing here waits for the GPU except [`QRocmStorage::data`] and the quantize paths (which
 //! read the source on the host).
@@ -623,7 +625,10 @@ impl QRocmStorage {
     }
 
     /// `QTensor::indexed_moe_forward`: `self_shape (experts, n, k)`, `x (batch, topk or 1, k)`,
-    /// `ids (batch, topk)` u32; the result is `(batch, topk, n)` in the dtype of `x`.
+    /// `ids (batch, topk)` u32; the result is `(batch, topk, n)` in the dtype of `x`. The
+    /// activations are rounded to 8 bits (the decode products' integer arithmetic) unless the
+    /// device takes [`QuantizedMatvec::FloatActivations`], and for types without an integer
+    /// product (Q8K).
     pub fn indexed_moe_forward(
         &self,
         self_shape: &Shape,
@@ -673,6 +678,13 @@ impl QRocmStorage {
             }
         };
         let out_shape = Shape::from((batch, topk, n));
+        // The device's matrix-vector choice: 8-bit activations unless float ones were asked for.
+        let activations = match dev.quantized_matvec() {
+            QuantizedMatvec::FloatActivations => qk::MoeActivations::Float,
+            QuantizedMatvec::Int8Activations | QuantizedMatvec::Int8RoundedOnce => {
+                qk::MoeActivations::Int8
+            }
+        };
         macro_rules! run {
             ($b:expr) => {{
                 let x_copy;
@@ -694,6 +706,7 @@ impl QRocmStorage {
                     &xs,
                     &mut out.as_mut_slice(),
                     dev.index_flag()?,
+                    activations,
                 )
                 .map_err(kernel_err(op))?;
                 out

@@ -2003,6 +2003,33 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
     }
 }
 
+// qmoe_s8_{Q}_{I}(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 experts, const u32* ids,
+//                 const u8* w, const I* x, I* y, u32* err)
+//     qmoe's product (the same arguments) as qmatvec_s8_m1 computes one row: grid (any, pairs);
+//     the blocks of grid row p round pair p's activation row into their shared memory and
+//     stream the n rows of expert ids[p], so every pair gets qmatvec_s8_m1's bits for its row
+//     and expert. An id >= experts is recorded in `err` (op code 7) and the pair's outputs are
+//     zeros. Dynamic shared memory as qmatvec_s8_m1's for one row of k.
+template <typename Q, typename I, int SB, int DEPTH>
+__device__ __forceinline__ void qs_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 experts,
+                                       const u32* ids, const u8* w, const I* x, I* y, u32* err) {
+    const u32 p = blockIdx.y;
+    if (p >= pairs) return;
+    const u32 expert = ids[p];
+    I* out = y + (u64)p * n;
+    if (expert >= experts) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) qk_report(err, QK_ERR_MOE, expert, experts);
+        for (u32 c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += gridDim.x * blockDim.x)
+            out[c] = rk_from_compute<I>(0.0f);
+        return;
+    }
+    const u32 b = p / topk, t = p % topk;
+    const u64 row_bytes = (u64)(k / Q::QK) * Q::BYTES;
+    qs_matvec<Q, I, SB, DEPTH, 1, QS_SRC_X>(1, n, k, w + (u64)expert * n * row_bytes,
+                                            x + ((u64)b * x_rows + (x_rows == 1 ? 0 : t)) * k,
+                                            nullptr, nullptr, qs_row_args<I>{}, out);
+}
+
 // Blocks per stage: about 2-3 KiB of weights per team (measured on an H100, see quantized.md).
 #ifndef QS_SB_32
 #define QS_SB_32 128
@@ -2056,6 +2083,12 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                                                            qs_row_args<ITYPE>{r, alpha, eps,    \
                                                                                sum, nullptr},    \
                                                            y);                                   \
+    }                                                                                            \
+    RK_KERNEL void QS_BOUNDS                                                                     \
+        qmoe_s8_##QNAME##_##INAME(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 experts,    \
+                                  const u32* ids, const u8* w, const ITYPE* x, ITYPE* y,         \
+                                  u32* err) {                                                    \
+        qs_moe<QTYPE, ITYPE, SB, DEPTH>(pairs, topk, x_rows, n, k, experts, ids, w, x, y, err);  \
     }
 #define QS_ALL(QNAME, QTYPE, SB, DEPTH)                                                          \
     QS_MATVEC_KERNEL(QNAME, QTYPE, f32, f32, SB, DEPTH)                                          \

@@ -564,10 +564,32 @@ pub fn matvec<I: KernelDType>(
     Ok(())
 }
 
+/// The arithmetic of [`moe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeActivations {
+    /// f32 activations times the dequantized weights (the exact product, rounded once).
+    Float,
+    /// Activations rounded to 8 bits per 32, integer dot products (as the decode step's
+    /// products), where [`moe_takes_int8`]; [`MoeActivations::Float`] elsewhere.
+    Int8,
+}
+
+/// Whether [`moe`] with [`MoeActivations::Int8`] takes the integer product for `q` weights
+/// with rows of `k`: a type with an integer kernel and a row that fits a block's shared memory.
+pub fn moe_takes_int8(stream: &Stream, q: QuantType, k: usize) -> bool {
+    int_matvec::matvec_int_staged_fits(stream, q, 1, k)
+}
+
 /// The indexed mixture-of-experts product: `w` holds `(experts, n, k)` weights; `ids` is
 /// `(batch, topk)`, `x` is `(batch, x_rows, k)` with `x_rows` 1 or `topk`; `y` is
 /// `(batch, topk, n)` with row `(b, t) = x[b, x_rows == 1 ? 0 : t] . W[ids[b, t]]^T`. An id of
 /// `experts` or more is recorded in `flag` and its row is zeros.
+///
+/// `activations` picks the arithmetic: [`MoeActivations::Int8`] rounds each row to 8 bits and
+/// takes the staged integer product of the one-row decode kernels (each pair's row gets the
+/// bits [`matvec_int_staged`] gives it), where the type has one and a row fits a block's shared
+/// memory ([`moe_takes_int8`]); otherwise, and for [`MoeActivations::Float`], f32 activations
+/// times the dequantized weights.
 #[allow(clippy::too_many_arguments)]
 pub fn moe<I: KernelDType>(
     stream: &Stream,
@@ -579,6 +601,7 @@ pub fn moe<I: KernelDType>(
     x: &DeviceSlice<'_, I>,
     y: &mut DeviceSliceMut<'_, I>,
     flag: &IndexErrorFlag,
+    activations: MoeActivations,
 ) -> Result<()> {
     let op = "indexed_moe_forward";
     check_float::<I>(op, FLOAT_REASON)?;
@@ -639,16 +662,31 @@ pub fn moe<I: KernelDType>(
         u32_arg(op, "experts", experts)?,
     ];
     let flag_arg = flag.arg(op, stream)?;
-    let f = function(stream, MODULE, &format!("qmoe_{}_{}", q.name(), I::NAME))?;
-    let mut builder = f.builder(stream, matvec_config(n, pairs)?);
+    let int8 = activations == MoeActivations::Int8 && moe_takes_int8(stream, q, k);
+    let (kernel, cfg) = if int8 {
+        // The blocks one product launches, shared by the pairs (at least one a pair).
+        let mut cfg = int_matvec::staged_config(stream, op, q, (1, n, k), I::NAME)?;
+        cfg.grid[0] = cfg.grid[0].div_ceil(u32_of(op, "pairs", pairs)?).max(1);
+        cfg.grid[1] = matvec_config(n, pairs)?.grid[1];
+        (format!("qmoe_s8_{}_{}", q.name(), I::NAME), cfg)
+    } else {
+        (
+            format!("qmoe_{}_{}", q.name(), I::NAME),
+            matvec_config(n, pairs)?,
+        )
+    };
+    let f = function(stream, MODULE, &kernel)?;
+    let mut builder = f.builder(stream, cfg);
     for a in args {
         builder = builder.arg(a);
     }
     let builder = builder.arg(*ids).arg(*w).arg(*x).arg(&mut *y);
     // SAFETY: (u32 pairs, topk, x_rows, n, k, experts, const u32* ids, const u8* w, const I* x,
-    // I* y, u32* err): ids[0 .. pairs), expert rows below `experts` (out-of-range ids are
-    // skipped), x rows below batch * x_rows and y[0 .. pairs n) are all inside their buffers
-    // (checked above); the error record is the flag's 8 words.
+    // I* y, u32* err), both kernels: ids[0 .. pairs), expert rows below `experts` (out-of-range
+    // ids are skipped), x rows below batch * x_rows and y[0 .. pairs n) are all inside their
+    // buffers (checked above); the error record is the flag's 8 words. The staged kernel's
+    // shared memory is within the `shared` bytes its config gives (a row of k, checked to fit),
+    // and its 16-byte weight loads stop at the expert's last byte.
     unsafe { builder.arg(flag_arg).launch()? };
     Ok(())
 }

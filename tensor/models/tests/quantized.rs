@@ -22,8 +22,10 @@
 //!   through `quantized_qwen3_moe`: its experts go through candle-nn's `moe_gemm_gguf`, which
 //!   Candle implements for CUDA only and our Candle patch runs on other devices through
 //!   `QTensor::indexed_moe_forward` (on the CPU: each expert's rows through the CPU's quantized
-//!   matmul; on ours: one `qmoe_*` launch); compared as the llama models are, the exact model
-//!   being the same file with every weight dequantized to F32.
+//!   matmul; on ours: one `qmoe_*` launch); with the float kernels the logits match the exact
+//!   model (the same file with every weight dequantized to F32) within f32 rounding, with the
+//!   default 8-bit activations the errors are reported (a top-2-of-8 expert choice is moved by
+//!   any rounding where two router scores are close, on the CPU's 8-bit path as on ours).
 //!
 //! Every test needs a GPU (`#[ignore = "needs a GPU"]`). On NVIDIA: `HIP_PLATFORM=nvidia`.
 
@@ -245,11 +247,22 @@ fn random_llama_gguf_matches_the_cpu_for_every_block_type() {
 }
 
 /// candle-transformers' quantized qwen3 MoE, a random model per expert block type (the types
-/// Candle's CUDA MoE kernels take, Q8_0 and Q2K-Q6K, and the rest): the prompt and 16 decode
-/// steps as for the llama models, the exact model being the same file dequantized to F32; each
-/// forward pass runs one `qmoe_*` launch per expert product (gate, up, down) and layer; an
-/// expert id out of range is an error naming the type and shape on the CPU and an error at the
-/// next read on the GPU.
+/// Candle's CUDA MoE kernels take, Q8_0 and Q2K-Q6K, and the rest), the prompt and 16 decode
+/// steps teacher-forced as for the llama models, the exact model being the same file
+/// dequantized to F32:
+///
+/// * with the float matrix-vector kernels (`FloatActivations`: the exact product of the
+///   dequantized weights, the exact model's arithmetic) every step's logits match the exact
+///   model's within f32 rounding: the routing, the experts' weights and the sorted ids'
+///   round trip are right;
+/// * with the default 8-bit activations the errors against the exact model and the CPU's
+///   quantized path are reported, not bounded: a token's experts are the top 2 of 8 router
+///   scores, a choice that rounding moves whenever two scores are close, and both the CPU's
+///   8-bit path and ours round differently from the exact model (the 8-bit MoE product itself
+///   is checked against f64 and the one-row product in candle-rocm's conformance suite);
+/// * each decode step runs one `qmoe_*` launch per expert product (gate, up, down) and layer;
+/// * an expert id out of range is an error naming the type and shape on the CPU and an error
+///   at the next read on the GPU.
 #[test]
 #[ignore = "needs a GPU"]
 fn random_qwen3_moe_gguf_matches_the_cpu_for_every_block_type() {
@@ -257,6 +270,8 @@ fn random_qwen3_moe_gguf_matches_the_cpu_for_every_block_type() {
     let dir = tmp_dir("qwen3moe");
     let cfg = RandomQwen3MoeConfig::tiny();
     let prompt: Vec<u32> = vec![3, 200, 17, 88, 401, 9, 256, 511];
+    let dev = rocm();
+    let rocm_dev = dev.as_rocm_device().unwrap();
     let mut report = Vec::new();
     for dtype in [
         GgmlDType::Q4_0,
@@ -274,51 +289,64 @@ fn random_qwen3_moe_gguf_matches_the_cpu_for_every_block_type() {
         let exact_path = dir.join(format!("{dtype:?}-f32.gguf"));
         write_random_qwen3moe_gguf(&path, &cfg, dtype, 13).unwrap();
         requantize(&path, &exact_path, GgmlDType::F32).unwrap();
-        let mut cpu = load_quantized_qwen3_moe(&path, &Device::Cpu, DType::F32).unwrap();
-        let mut exact = load_quantized_qwen3_moe(&exact_path, &Device::Cpu, DType::F32).unwrap();
-        let mut gpu = load_quantized_qwen3_moe(&path, &rocm(), DType::F32).unwrap();
-        let f = teacher_forced(&mut cpu, &mut exact, &mut gpu, &prompt, 16);
-        let agree = f
-            .cpu_tokens
-            .iter()
-            .zip(&f.gpu_tokens)
-            .filter(|(a, b)| a == b)
-            .count();
-        report.push(format!(
-            "qwen3moe {dtype:?}: worst relative logit error against the exact (F32) model: GPU \
-             {:.2e}, CPU {:.2e}; GPU against CPU {:.2e}; argmax agrees {agree}/{}",
-            f.gpu_vs_exact,
-            f.cpu_vs_exact,
-            f.gpu_vs_cpu,
-            f.cpu_tokens.len()
-        ));
-        let bound = 1.5 * f.cpu_vs_exact + 1e-3;
-        assert!(
-            f.gpu_vs_exact <= bound,
-            "qwen3moe {dtype:?}: relative logit error {:.3e} against the exact model, bound \
-             {bound:.3e}\n{report:#?}",
-            f.gpu_vs_exact
-        );
-        // One more decode step, its launches counted: the experts' three products per layer.
-        let x = Tensor::new(&[f.cpu_tokens[0]], &rocm())
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        hip_core::launch_profile_start_this_thread(false);
-        let logits = gpu.forward(&x, prompt.len() + 17).unwrap();
-        let profile = hip_core::launch_profile_stop();
-        logits_f32(&logits);
-        let moe = profile
-            .iter()
-            .filter(|p| p.name.starts_with("qmoe_"))
-            .map(|p| p.launches)
-            .sum::<u64>();
-        assert_eq!(
-            moe,
-            3 * cfg.num_layers as u64,
-            "qwen3moe {dtype:?}: launches {profile:?}"
-        );
+        let load =
+            |p: &std::path::Path, d: &Device| load_quantized_qwen3_moe(p, d, DType::F32).unwrap();
+        for kind in [
+            QuantizedMatvec::FloatActivations,
+            QuantizedMatvec::Int8Activations,
+        ] {
+            rocm_dev.set_quantized_matvec(kind);
+            let mut cpu = load(&path, &Device::Cpu);
+            let mut exact = load(&exact_path, &Device::Cpu);
+            let mut gpu = load(&path, &dev);
+            let f = teacher_forced(&mut cpu, &mut exact, &mut gpu, &prompt, 16);
+            let agree = f
+                .cpu_tokens
+                .iter()
+                .zip(&f.gpu_tokens)
+                .filter(|(a, b)| a == b)
+                .count();
+            report.push(format!(
+                "qwen3moe {dtype:?} {kind:?}: worst relative logit error against the exact (F32) \
+                 model: GPU {:.2e}, CPU {:.2e}; GPU against CPU {:.2e}; argmax agrees {agree}/{}",
+                f.gpu_vs_exact,
+                f.cpu_vs_exact,
+                f.gpu_vs_cpu,
+                f.cpu_tokens.len()
+            ));
+            if kind == QuantizedMatvec::FloatActivations {
+                assert!(
+                    f.gpu_vs_exact <= 1e-4,
+                    "qwen3moe {dtype:?}: relative logit error {:.3e} against the exact model \
+                     with float activations\n{report:#?}",
+                    f.gpu_vs_exact
+                );
+                continue;
+            }
+            // One more decode step, its launches counted: the experts' three products a layer.
+            let x = Tensor::new(&[f.cpu_tokens[0]], &dev)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            hip_core::launch_profile_start_this_thread(false);
+            let logits = gpu.forward(&x, prompt.len() + 17).unwrap();
+            let profile = hip_core::launch_profile_stop();
+            assert!(logits_f32(&logits).iter().all(|v| v.is_finite()));
+            let moe = |prefix: &str| {
+                profile
+                    .iter()
+                    .filter(|p| p.name.starts_with(prefix))
+                    .map(|p| p.launches)
+                    .sum::<u64>()
+            };
+            assert_eq!(
+                (moe("qmoe_"), moe("qmoe_s8_")),
+                (3 * cfg.num_layers as u64, 3 * cfg.num_layers as u64),
+                "qwen3moe {dtype:?}: launches {profile:?}"
+            );
+        }
     }
+    rocm_dev.set_quantized_matvec(QuantizedMatvec::default());
     println!("{}", report.join("\n"));
 
     // An expert id out of range: the CPU's error names the type and shape; ours is reported

@@ -2,16 +2,16 @@
 //! the same blocks (a module of tests/conformance.rs):
 //!
 //! * dequantize (to f32, f16, bf16) is bit-identical to the CPU's, for every `GgmlDType`;
-//! * `matmul_t` (matrix-vector up to 8 rows, dequantize + GEMM above), for m in {1, 2, 3, 8, 9,
-//!   64, 511}, odd n, k multiples of 32 and 256, batched, offset and transposed activations,
-//!   f32/f16/bf16. The float paths (dequantize + GEMM, the float matrix-vector kernel) are judged
-//!   against an f64 evaluation of the dequantized weights times the activations: their error
-//!   must stay within the CPU's own error against that reference (plus the rounding of the
-//!   output dtype). The integer matrix-vector kernel (8-bit activations) is judged against an
-//!   f64 evaluation of the dequantized weights times the activations rounded exactly as it
-//!   defines them: its error must stay within f32 summation error of that reference; the
-//!   prefill's chunk plans (one row or a few rows per chunk, one stream or overlapped on the
-//!   side stream, a last partial chunk) give the same accuracy;
+//! * `matmul_t` (matrix-vector up to 8 rows, dequantize + GEMM above), every block type, m in {1,
+//!   2, 3, 8, 9, 64, 511}, odd n, k multiples of 32 and 256, batched, offset and transposed
+//!   activations, f32/f16/bf16. The float paths (dequantize + GEMM, the float matrix-vector kernel)
+//!   are judged against an f64 evaluation of the dequantized weights times the activations: their
+//!   error must stay within the CPU's own error against that reference (plus the rounding of the
+//!   output dtype). The integer matrix-vector kernel (8-bit activations) is judged against an f64
+//!   evaluation of the dequantized weights times the activations rounded exactly as it defines
+//!   them: its error must stay within f32 summation error of that reference; the prefill's chunk
+//!   plans (one row or a few rows per chunk, one stream or overlapped on the side stream, a last
+//!   partial chunk) give the same accuracy;
 //! * embedding rows and the indexed mixture-of-experts product against f64 references, with
 //!   out-of-range ids reported as typed errors;
 //! * bad input (partial blocks, shapes that disagree, unsupported dtypes) is a typed error.
@@ -455,7 +455,8 @@ fn matmul_matches_the_cpu_within_its_own_error() {
             );
             let (q, g) = quantized_pair(&dev, dtype, &[n, k], seed);
             for xdtype in [DType::F32, DType::F16, DType::BF16] {
-                let ms: &[usize] = if dtype == GgmlDType::Q4_0 && k == 256 {
+                // Every m of the proof at the longer k, the small ones at the other.
+                let ms: &[usize] = if k == ks[ks.len() - 1] {
                     &[1, 2, 3, 8, 9, 64, 511]
                 } else {
                     &[1, 3, 8, 9, 64]
@@ -466,12 +467,17 @@ fn matmul_matches_the_cpu_within_its_own_error() {
                             .unwrap()
                             .to_dtype(xdtype)
                             .unwrap();
-                    // Every matrix-vector kernel (the choice does not change m > 8).
-                    for kind in [
-                        QuantizedMatvec::FloatActivations,
-                        QuantizedMatvec::Int8RoundedOnce,
-                        QuantizedMatvec::Int8Activations,
-                    ] {
+                    // Every matrix-vector kernel (the choice does not change m > 8: one run).
+                    let kinds: &[QuantizedMatvec] = if m <= 8 {
+                        &[
+                            QuantizedMatvec::FloatActivations,
+                            QuantizedMatvec::Int8RoundedOnce,
+                            QuantizedMatvec::Int8Activations,
+                        ]
+                    } else {
+                        &[QuantizedMatvec::Int8Activations]
+                    };
+                    for &kind in kinds {
                         dev.set_quantized_matvec(kind);
                         let label =
                             format!("{dtype:?} k={k} {xdtype:?} m={m} {kind:?} seed={seed:#x}");
@@ -1214,87 +1220,128 @@ fn embedding_rows_match_and_out_of_range_ids_are_errors() {
     }
 }
 
+/// The indexed MoE product, both arithmetics: with float activations against the f64 product of
+/// the dequantized weights; with 8-bit activations (the default: the staged one-row product per
+/// (token, slot) pair) against the f64 product of the rounded activations, within f32
+/// summation error, and bit-equal to the one-row product of the same row and expert. Every
+/// integer block type (and Q8K, which takes the float kernel), x rows 1 and topk, f32/f16/bf16,
+/// ids that repeat an expert; an expert id out of range is an error at the next read.
 #[test]
 #[ignore = "needs a GPU"]
 fn indexed_moe_forward_matches_f64_and_reports_bad_expert_ids() {
     let dev = RocmDevice::new(0).expect("opening GPU 0");
-    let (experts, n, k) = (4usize, 29usize, 256usize);
+    let (experts, n, k) = (4usize, 29usize, 512usize);
     let (batch, topk) = (3usize, 2usize);
-    for dtype in [
-        GgmlDType::Q4_0,
-        GgmlDType::Q8_0,
-        GgmlDType::Q4K,
-        GgmlDType::Q6K,
-        GgmlDType::Q2K,
-    ] {
+    for dtype in block_types() {
         let seed = case_seed(base_seed(), &["qmoe", &format!("{dtype:?}")]);
         let (q, g) = quantized_pair(&dev, dtype, &[experts, n, k], seed);
         let w = tensor_f64(&q.dequantize(&Device::Cpu).unwrap());
         let ids: Vec<u32> = vec![2, 0, 3, 3, 1, 2];
         let ids_s = dev.storage_from_slice(&ids).unwrap();
         let ids_l = Layout::contiguous((batch, topk));
-        for x_rows in [1usize, topk] {
-            for xdtype in [DType::F32, DType::F16, DType::BF16] {
-                let xt = Tensor::from_vec(
-                    random_f32(batch * x_rows * k, seed ^ x_rows as u64),
-                    (batch, x_rows, k),
-                    &Device::Cpu,
-                )
-                .unwrap()
-                .to_dtype(xdtype)
-                .unwrap();
-                let x = tensor_f64(&xt);
-                let xs = dev.storage_from_cpu_storage(&cpu_storage_of(&xt)).unwrap();
-                let (out, shape) = g
-                    .indexed_moe_forward(
-                        q.shape(),
-                        &xs,
-                        &Layout::contiguous((batch, x_rows, k)),
-                        &ids_s,
-                        &ids_l,
+        for kind in [
+            QuantizedMatvec::FloatActivations,
+            QuantizedMatvec::Int8Activations,
+        ] {
+            dev.set_quantized_matvec(kind);
+            let int8 = takes_int_matvec(&dev, dtype, 1);
+            for x_rows in [1usize, topk] {
+                for xdtype in [DType::F32, DType::F16, DType::BF16] {
+                    let label = format!("moe {dtype:?} {kind:?} {xdtype:?} x_rows={x_rows}");
+                    let xt = Tensor::from_vec(
+                        random_f32(batch * x_rows * k, seed ^ x_rows as u64),
+                        (batch, x_rows, k),
+                        &Device::Cpu,
                     )
+                    .unwrap()
+                    .to_dtype(xdtype)
                     .unwrap();
-                assert_eq!(shape.dims(), &[batch, topk, n]);
-                let got = values_f64(&out.to_cpu_storage().unwrap());
-                let mut want = vec![0f64; batch * topk * n];
-                for b in 0..batch {
-                    for t in 0..topk {
-                        let e = ids[b * topk + t] as usize;
-                        let xr = b * x_rows + if x_rows == 1 { 0 } else { t };
-                        for c in 0..n {
-                            let mut s = 0f64;
-                            for j in 0..k {
-                                s += x[xr * k + j] * w[(e * n + c) * k + j];
+                    let x = tensor_f64(&xt);
+                    let x = if int8 { rounded_activations(&x) } else { x };
+                    let xs = dev.storage_from_cpu_storage(&cpu_storage_of(&xt)).unwrap();
+                    let (out, shape) = g
+                        .indexed_moe_forward(
+                            q.shape(),
+                            &xs,
+                            &Layout::contiguous((batch, x_rows, k)),
+                            &ids_s,
+                            &ids_l,
+                        )
+                        .unwrap();
+                    assert_eq!(shape.dims(), &[batch, topk, n]);
+                    let got = values_f64(&out.to_cpu_storage().unwrap());
+                    let mut want = vec![0f64; batch * topk * n];
+                    let mut terms = vec![0f64; batch * topk * n];
+                    for b in 0..batch {
+                        for t in 0..topk {
+                            let e = ids[b * topk + t] as usize;
+                            let xr = b * x_rows + if x_rows == 1 { 0 } else { t };
+                            for c in 0..n {
+                                let i = (b * topk + t) * n + c;
+                                for j in 0..k {
+                                    let p = x[xr * k + j] * w[(e * n + c) * k + j];
+                                    want[i] += p;
+                                    terms[i] += p.abs();
+                                }
                             }
-                            want[(b * topk + t) * n + c] = s;
+                        }
+                    }
+                    let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+                    for (i, ((&got, &want), &terms)) in
+                        got.iter().zip(&want).zip(&terms).enumerate()
+                    {
+                        let bound = 1e-5 * terms + output_rounding(xdtype, scale);
+                        assert!(
+                            (got - want).abs() <= bound,
+                            "{label}: output {i}: {got} against {want} (bound {bound:.3e})"
+                        );
+                    }
+                    if int8 && x_rows == topk {
+                        // Each pair's row: the bits of the one-row product with its expert.
+                        let data = q.data().unwrap();
+                        let expert_bytes = data.len() / experts;
+                        for (p, &e) in ids.iter().enumerate() {
+                            let e = e as usize;
+                            let blocks = &data[e * expert_bytes..(e + 1) * expert_bytes];
+                            let ge = QRocmStorage::from_blocks(&dev, dtype, blocks).unwrap();
+                            let (one, _) = ge
+                                .matmul_t(
+                                    &Shape::from((n, k)),
+                                    &xs,
+                                    &Layout::contiguous_with_offset((1, k), p * k),
+                                )
+                                .unwrap();
+                            let one = values_f64(&one.to_cpu_storage().unwrap());
+                            assert_eq!(
+                                one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                                got[p * n..(p + 1) * n]
+                                    .iter()
+                                    .map(|v| v.to_bits())
+                                    .collect::<Vec<_>>(),
+                                "{label}: pair {p} (expert {e}) against the one-row product"
+                            );
                         }
                     }
                 }
-                let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
-                let err = max_abs_diff(&got, &want);
-                let bound = 1e-5 * k as f64 + output_rounding(xdtype, scale);
-                assert!(
-                    err <= bound,
-                    "moe {dtype:?} {xdtype:?} x_rows={x_rows}: error {err:.3e} > {bound:.3e}"
-                );
             }
+            let bad = dev.storage_from_slice(&[0u32, 4, 1, 1, 2, 2]).unwrap();
+            let xs = dev.storage_from_slice(&random_f32(batch * k, 5)).unwrap();
+            let r = g
+                .indexed_moe_forward(
+                    q.shape(),
+                    &xs,
+                    &Layout::contiguous((batch, 1, k)),
+                    &bad,
+                    &ids_l,
+                )
+                .and_then(|(s, _)| s.to_cpu_storage());
+            assert!(
+                r.is_err(),
+                "moe {dtype:?} {kind:?}: expert id 4 of 4 must be an error"
+            );
         }
-        let bad = dev.storage_from_slice(&[0u32, 4, 1, 1, 2, 2]).unwrap();
-        let xs = dev.storage_from_slice(&random_f32(batch * k, 5)).unwrap();
-        let r = g
-            .indexed_moe_forward(
-                q.shape(),
-                &xs,
-                &Layout::contiguous((batch, 1, k)),
-                &bad,
-                &ids_l,
-            )
-            .and_then(|(s, _)| s.to_cpu_storage());
-        assert!(
-            r.is_err(),
-            "moe {dtype:?}: expert id 4 of 4 must be an error"
-        );
     }
+    dev.set_quantized_matvec(QuantizedMatvec::default());
 }
 
 #[test]

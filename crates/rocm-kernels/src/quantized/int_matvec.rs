@@ -723,7 +723,7 @@ fn staged_kernel<I: KernelDType>(
 /// The launch of a staged product of `m` rows of `k` activations (`what` names them in errors)
 /// times `n` rows of `q` weights: blocks per multiprocessor as measured, 8 teams a block, the
 /// dynamic shared memory; an error where it does not fit a block.
-fn staged_config(
+pub(super) fn staged_config(
     stream: &Stream,
     op: &str,
     q: QuantType,
