@@ -664,10 +664,8 @@ pub fn moe<I: KernelDType>(
     let flag_arg = flag.arg(op, stream)?;
     let int8 = activations == MoeActivations::Int8 && moe_takes_int8(stream, q, k);
     let (kernel, cfg) = if int8 {
-        // The blocks one product launches, shared by the pairs (at least one a pair).
-        let mut cfg = int_matvec::staged_config(stream, op, q, (1, n, k), I::NAME)?;
-        cfg.grid[0] = cfg.grid[0].div_ceil(u32_of(op, "pairs", pairs)?).max(1);
-        cfg.grid[1] = matvec_config(n, pairs)?.grid[1];
+        let pairs = matvec_config(n, pairs)?.grid[1];
+        let cfg = int_matvec::staged_moe_config(stream, op, q, (n, k), pairs, I::NAME)?;
         (format!("qmoe_s8_{}_{}", q.name(), I::NAME), cfg)
     } else {
         (

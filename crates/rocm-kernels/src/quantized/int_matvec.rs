@@ -723,7 +723,7 @@ fn staged_kernel<I: KernelDType>(
 /// The launch of a staged product of `m` rows of `k` activations (`what` names them in errors)
 /// times `n` rows of `q` weights: blocks per multiprocessor as measured, 8 teams a block, the
 /// dynamic shared memory; an error where it does not fit a block.
-pub(super) fn staged_config(
+fn staged_config(
     stream: &Stream,
     op: &str,
     q: QuantType,
@@ -748,6 +748,29 @@ pub(super) fn staged_config(
         .min(sms * staged_blocks_per_multiprocessor(q, m));
     let mut cfg = config_1d(op, "blocks", blocks, STAGED_TEAMS * 32)?;
     cfg.shared_mem_bytes = u32_of(op, "shared bytes", shared)?;
+    Ok(cfg)
+}
+
+/// The launch of `qmoe_s8` for `pairs` (token, slot) pairs of one row of `k` activations
+/// times `n` rows of their experts' `q` weights: the staged product's block, with the blocks a
+/// one-row product keeps resident (per multiprocessor, as measured) shared by the pairs, at
+/// least one and at most one team a row per pair; grid (that, pairs).
+pub(super) fn staged_moe_config(
+    stream: &Stream,
+    op: &str,
+    q: QuantType,
+    (n, k): (usize, usize),
+    pairs: u32,
+    what: &str,
+) -> Result<LaunchConfig> {
+    let mut cfg = staged_config(stream, op, q, (1, n, k), what)?;
+    let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
+    let resident = sms * staged_blocks_per_multiprocessor(q, 1);
+    let per_pair = resident
+        .div_ceil(pairs.max(1) as usize)
+        .min(n.div_ceil(STAGED_TEAMS as usize))
+        .max(1);
+    cfg.grid = [u32_of(op, "blocks", per_pair)?, pairs, 1];
     Ok(cfg)
 }
 
