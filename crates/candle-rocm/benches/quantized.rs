@@ -30,7 +30,8 @@ use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Layout, Shape, Tensor};
 use candle_rocm::{QRocmStorage, QuantizedGemmPlan, QuantizedMatvec, RocmDevice};
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 
 const N: usize = 14336;
 const K: usize = 4096;
@@ -58,6 +59,24 @@ fn weights(dev: &RocmDevice, dtype: GgmlDType) -> QRocmStorage {
     QRocmStorage::from_blocks(dev, dtype, &all).unwrap()
 }
 
+/// `reference_copy` in group `g`: a device-to-device copy of `bytes`, throughput the bytes read
+/// and written (the usual copy-bandwidth convention).
+fn bench_reference_copy(g: &mut BenchmarkGroup<'_, WallTime>, dev: &RocmDevice, bytes: usize) {
+    let stream = dev.hip_device().default_stream();
+    let src = stream.alloc::<u8>(bytes).unwrap();
+    let mut dst = stream.alloc::<u8>(bytes).unwrap();
+    g.throughput(Throughput::Bytes(2 * bytes as u64));
+    g.bench_function("reference_copy", |b| {
+        b.iter_custom(|it| {
+            gpu_time(dev, it, || {
+                dst.as_mut_slice()
+                    .copy_from_device(&src.as_slice())
+                    .unwrap()
+            })
+        })
+    });
+}
+
 fn qmatvec(c: &mut Criterion) {
     let Some(dev) = device() else { return };
     let x = dev
@@ -70,26 +89,7 @@ fn qmatvec(c: &mut Criterion) {
         let bytes = w.storage_size_in_bytes();
         let mut g = c.benchmark_group(format!("qmatvec_{N}x{K}_{dtype:?}"));
         g.sample_size(20);
-        let src = dev
-            .hip_device()
-            .default_stream()
-            .alloc::<u8>(bytes)
-            .unwrap();
-        let mut dst = dev
-            .hip_device()
-            .default_stream()
-            .alloc::<u8>(bytes)
-            .unwrap();
-        g.throughput(Throughput::Bytes(2 * bytes as u64));
-        g.bench_function("reference_copy", |b| {
-            b.iter_custom(|it| {
-                gpu_time(&dev, it, || {
-                    dst.as_mut_slice()
-                        .copy_from_device(&src.as_slice())
-                        .unwrap()
-                })
-            })
-        });
+        bench_reference_copy(&mut g, &dev, bytes);
         g.throughput(Throughput::Bytes(bytes as u64));
         for (name, kind) in [
             ("candle_rocm_qmatvec", QuantizedMatvec::Int8Activations),
@@ -196,19 +196,8 @@ fn qdequantize(c: &mut Criterion, dev: &RocmDevice, w: &QRocmStorage, dtype: Ggm
     let traffic = w.storage_size_in_bytes() + 2 * N * K;
     let mut g = c.benchmark_group(format!("qdequantize_{N}x{K}_{dtype:?}"));
     g.sample_size(10);
+    bench_reference_copy(&mut g, dev, traffic / 2);
     g.throughput(Throughput::Bytes(traffic as u64));
-    let stream = dev.hip_device().default_stream();
-    let src = stream.alloc::<u8>(traffic / 2).unwrap();
-    let mut dst = stream.alloc::<u8>(traffic / 2).unwrap();
-    g.bench_function("reference_copy", |b| {
-        b.iter_custom(|it| {
-            gpu_time(dev, it, || {
-                dst.as_mut_slice()
-                    .copy_from_device(&src.as_slice())
-                    .unwrap()
-            })
-        })
-    });
     g.bench_function("candle_rocm_dequantize_f16", |b| {
         b.iter_custom(|it| {
             gpu_time(dev, it, || {
@@ -250,19 +239,7 @@ fn qmoe(c: &mut Criterion) {
         let bytes = all.len() / experts * topk;
         let mut g = c.benchmark_group(format!("qmoe_{experts}x{n}x{k}_{dtype:?}"));
         g.sample_size(20);
-        let stream = dev.hip_device().default_stream();
-        let src = stream.alloc::<u8>(bytes).unwrap();
-        let mut dst = stream.alloc::<u8>(bytes).unwrap();
-        g.throughput(Throughput::Bytes(2 * bytes as u64));
-        g.bench_function("reference_copy", |b| {
-            b.iter_custom(|it| {
-                gpu_time(&dev, it, || {
-                    dst.as_mut_slice()
-                        .copy_from_device(&src.as_slice())
-                        .unwrap()
-                })
-            })
-        });
+        bench_reference_copy(&mut g, &dev, bytes);
         g.throughput(Throughput::Bytes(bytes as u64));
         for (name, kind) in [
             ("candle_rocm_qmoe", QuantizedMatvec::Int8Activations),

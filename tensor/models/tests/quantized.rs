@@ -114,6 +114,49 @@ struct Forced {
     gpu_tokens: Vec<u32>,
 }
 
+impl Forced {
+    /// One report line: the worst errors and how often the GPU's argmax is the CPU's token.
+    fn summary(&self, label: &str, exact: &str) -> String {
+        let agree = self
+            .cpu_tokens
+            .iter()
+            .zip(&self.gpu_tokens)
+            .filter(|(a, b)| a == b)
+            .count();
+        format!(
+            "{label}: worst relative logit error against the exact ({exact}) model: GPU {:.2e}, \
+             CPU {:.2e}; GPU against CPU {:.2e}; argmax agrees {agree}/{}",
+            self.gpu_vs_exact,
+            self.cpu_vs_exact,
+            self.gpu_vs_cpu,
+            self.cpu_tokens.len()
+        )
+    }
+}
+
+/// Launches of kernels whose names start with `prefix` in a launch profile.
+fn launches(profile: &[hip_core::KernelProfile], prefix: &str) -> u64 {
+    profile
+        .iter()
+        .filter(|p| p.name.starts_with(prefix))
+        .map(|p| p.launches)
+        .sum()
+}
+
+/// The GGML block types of the random models (every quantized type Candle writes to GGUF).
+const BLOCK_TYPES: [GgmlDType; 10] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+
 /// A causal language model: the logits of the last position of one sequence.
 trait CausalLm {
     fn logits(&mut self, input: &Tensor, pos: usize) -> Tensor;
@@ -197,39 +240,14 @@ fn random_llama_gguf_matches_the_cpu_for_every_block_type() {
     let cfg = RandomLlamaConfig::tiny();
     let prompt: Vec<u32> = vec![1, 17, 300, 42, 99, 5, 511];
     let mut report = Vec::new();
-    for dtype in [
-        GgmlDType::Q4_0,
-        GgmlDType::Q4_1,
-        GgmlDType::Q5_0,
-        GgmlDType::Q5_1,
-        GgmlDType::Q8_0,
-        GgmlDType::Q2K,
-        GgmlDType::Q3K,
-        GgmlDType::Q4K,
-        GgmlDType::Q5K,
-        GgmlDType::Q6K,
-        GgmlDType::F16,
-    ] {
+    for dtype in BLOCK_TYPES.into_iter().chain([GgmlDType::F16]) {
         let path = dir.join(format!("{dtype:?}.gguf"));
         write_random_llama_gguf(&path, &cfg, dtype, 11).unwrap();
         let mut cpu = load_quantized_llama(&path, &Device::Cpu).unwrap();
         let mut exact = cpu_exact_model(&path);
         let mut gpu = load_quantized_llama(&path, &rocm()).unwrap();
         let f = teacher_forced(&mut cpu, &mut exact, &mut gpu, &prompt, 16);
-        let agree = f
-            .cpu_tokens
-            .iter()
-            .zip(&f.gpu_tokens)
-            .filter(|(a, b)| a == b)
-            .count();
-        report.push(format!(
-            "{dtype:?}: worst relative logit error against the exact (dequantized-weight) model: \
-             GPU {:.2e}, CPU {:.2e}; GPU against CPU {:.2e}; argmax agrees {agree}/{}",
-            f.gpu_vs_exact,
-            f.cpu_vs_exact,
-            f.gpu_vs_cpu,
-            f.cpu_tokens.len()
-        ));
+        report.push(f.summary(&format!("{dtype:?}"), "dequantized-weight"));
         // Both the CPU and our default matrix-vector kernel round the activations to 8 bits
         // (the CPU per 32 or 256 elements, q8_0/q8_K; ours per 32 with f32 scales), and the
         // prompt's GEMM path is f32: our error against the exact model must stay within the
@@ -273,18 +291,7 @@ fn random_qwen3_moe_gguf_matches_the_cpu_for_every_block_type() {
     let dev = rocm();
     let rocm_dev = dev.as_rocm_device().unwrap();
     let mut report = Vec::new();
-    for dtype in [
-        GgmlDType::Q4_0,
-        GgmlDType::Q4_1,
-        GgmlDType::Q5_0,
-        GgmlDType::Q5_1,
-        GgmlDType::Q8_0,
-        GgmlDType::Q2K,
-        GgmlDType::Q3K,
-        GgmlDType::Q4K,
-        GgmlDType::Q5K,
-        GgmlDType::Q6K,
-    ] {
+    for dtype in BLOCK_TYPES {
         let path = dir.join(format!("{dtype:?}.gguf"));
         let exact_path = dir.join(format!("{dtype:?}-f32.gguf"));
         write_random_qwen3moe_gguf(&path, &cfg, dtype, 13).unwrap();
@@ -300,20 +307,7 @@ fn random_qwen3_moe_gguf_matches_the_cpu_for_every_block_type() {
             let mut exact = load(&exact_path, &Device::Cpu);
             let mut gpu = load(&path, &dev);
             let f = teacher_forced(&mut cpu, &mut exact, &mut gpu, &prompt, 16);
-            let agree = f
-                .cpu_tokens
-                .iter()
-                .zip(&f.gpu_tokens)
-                .filter(|(a, b)| a == b)
-                .count();
-            report.push(format!(
-                "qwen3moe {dtype:?} {kind:?}: worst relative logit error against the exact (F32) \
-                 model: GPU {:.2e}, CPU {:.2e}; GPU against CPU {:.2e}; argmax agrees {agree}/{}",
-                f.gpu_vs_exact,
-                f.cpu_vs_exact,
-                f.gpu_vs_cpu,
-                f.cpu_tokens.len()
-            ));
+            report.push(f.summary(&format!("qwen3moe {dtype:?} {kind:?}"), "F32"));
             if kind == QuantizedMatvec::FloatActivations {
                 assert!(
                     f.gpu_vs_exact <= 1e-4,
@@ -332,15 +326,8 @@ fn random_qwen3_moe_gguf_matches_the_cpu_for_every_block_type() {
             let logits = gpu.forward(&x, prompt.len() + 17).unwrap();
             let profile = hip_core::launch_profile_stop();
             assert!(logits_f32(&logits).iter().all(|v| v.is_finite()));
-            let moe = |prefix: &str| {
-                profile
-                    .iter()
-                    .filter(|p| p.name.starts_with(prefix))
-                    .map(|p| p.launches)
-                    .sum::<u64>()
-            };
             assert_eq!(
-                (moe("qmoe_"), moe("qmoe_s8_")),
+                (launches(&profile, "qmoe_"), launches(&profile, "qmoe_s8_")),
                 (3 * cfg.num_layers as u64, 3 * cfg.num_layers as u64),
                 "qwen3moe {dtype:?}: launches {profile:?}"
             );
@@ -419,29 +406,15 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
         let logits = gpu.forward(&x, prompt.len() + 6).unwrap();
         let profile = hip_core::launch_profile_stop();
         logits_f32(&logits);
-        let decode = profile
-            .iter()
-            .filter(|p| p.name.starts_with("attn_decode_"))
-            .map(|p| p.launches)
-            .sum::<u64>();
-        let softmax = profile
-            .iter()
-            .filter(|p| p.name.starts_with("softmax_"))
-            .map(|p| p.launches)
-            .sum::<u64>();
+        let decode = launches(&profile, "attn_decode_");
+        let softmax = launches(&profile, "softmax_");
         // Each matrix-vector product is one launch that rounds its activations itself, and on
         // ext devices the q, k and v projections are one weight, gate and up another (qkv, o,
         // gate-up and down per layer, then the output layer): no rounding launches. The
         // residual add and the norm before the q/k/v, gate/up and output products are done by
         // those products (`qmatvec_s8n_m1_*`; the first layer's norm has no residual), and the
         // down product reads the row its swiglu rounded (`qmatvec_s8r_m1_*`).
-        let count = |prefix: &str| {
-            profile
-                .iter()
-                .filter(|p| p.name.starts_with(prefix))
-                .map(|p| p.launches)
-                .sum::<u64>()
-        };
+        let count = |prefix: &str| launches(&profile, prefix);
         let layers = cfg.num_layers as u64;
         assert_eq!(
             (
