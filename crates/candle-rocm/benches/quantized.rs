@@ -19,6 +19,9 @@
 //!   default) and float ones (`candle_rocm_qmoe_float`); each call takes the next 8 experts, so
 //!   that the calls cycle through all 128 (113 MB in Q4K, more than the L2); throughput = the 8
 //!   experts' bytes, beside `reference_copy` of as many bytes;
+//! * `qmoe_prefill_512x8_128x768x2048_Q4K`: the same layer's expert product for a 512-token
+//!   prompt (4096 (token, slot) pairs over all 128 experts), throughput the whole table's
+//!   bytes, beside `reference_copy` of the table;
 //! * `qdequantize_14336x4096_{type}`: the dequantization to f16 alone (`candle_rocm_dequantize_f16`,
 //!   throughput = the blocks read + the f16 written) beside `reference_copy`, a copy that reads and
 //!   writes as many bytes in all.
@@ -261,7 +264,44 @@ fn qmoe(c: &mut Criterion) {
         }
         dev.set_quantized_matvec(QuantizedMatvec::Int8Activations);
         g.finish();
+        if dtype == GgmlDType::Q4K {
+            qmoe_prefill(c, &dev, &w, &wshape);
+        }
     }
+}
+
+/// `qmoe_prefill_512x8_128x768x2048_Q4K`: a prompt's expert product (512 tokens, 8 experts each,
+/// spread over all 128), throughput the whole expert table's bytes (what a product that reads
+/// each expert once reads), beside a copy of the table.
+fn qmoe_prefill(c: &mut Criterion, dev: &RocmDevice, w: &QRocmStorage, wshape: &Shape) {
+    let (experts, _, k) = wshape.dims3().unwrap();
+    let (tokens, topk) = (512usize, 8usize);
+    let x = dev
+        .rand_uniform(&Shape::from((tokens, 1, k)), DType::F32, -1.0, 1.0)
+        .unwrap();
+    let xl = Layout::contiguous((tokens, 1, k));
+    let set: Vec<u32> = (0..tokens * topk)
+        .map(|i| ((i * 37 + i / topk * 11) % experts) as u32)
+        .collect();
+    let ids = dev.storage_from_slice(&set).unwrap();
+    let idl = Layout::contiguous((tokens, topk));
+    let bytes = w.storage_size_in_bytes();
+    let mut g = c.benchmark_group(format!(
+        "qmoe_prefill_{tokens}x{topk}_{experts}x{}x{k}_{:?}",
+        wshape.dims()[1],
+        w.dtype()
+    ));
+    g.sample_size(10);
+    bench_reference_copy(&mut g, dev, bytes);
+    g.throughput(Throughput::Bytes(bytes as u64));
+    g.bench_function("candle_rocm_qmoe", |b| {
+        b.iter_custom(|it| {
+            gpu_time(dev, it, || {
+                std::hint::black_box(w.indexed_moe_forward(wshape, &x, &xl, &ids, &idl).unwrap());
+            })
+        })
+    });
+    g.finish();
 }
 
 criterion_group!(benches, qmatvec, qprefill, qmoe);
