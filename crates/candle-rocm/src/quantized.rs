@@ -22,7 +22,8 @@
 //!   device; an out-of-range id becomes a typed error at the next host read or synchronization
 //!   (the device's indexing error flag, see [`RocmDevice`]). The MoE product follows the
 //!   device's choice: 8-bit activations by default (each (token, slot) pair through the staged
-//!   one-row integer product), f32 activations with `FloatActivations` and for Q8K.
+//!   one-row integer product; a prompt's many pairs sorted by expert on the device and taken up
+//!   to 8 of one expert at once), f32 activations with `FloatActivations` and for Q8K.
 //!
 //! Nothing here waits for the GPU except [`QRocmStorage::data`] and the quantize paths (which
 //! read the source on the host).
@@ -696,6 +697,15 @@ impl QRocmStorage {
                     }
                 };
                 let mut out = dev.alloc(op, batch * topk * n)?;
+                // Many pairs (a prompt's) are grouped by expert, sorted into this scratch.
+                let mut order = match activations {
+                    qk::MoeActivations::Int8
+                        if qk::moe_groups_pairs(dev.stream(), q, (experts, k), batch * topk) =>
+                    {
+                        Some(dev.alloc::<u32>(op, batch * topk)?)
+                    }
+                    _ => None,
+                };
                 qk::moe(
                     dev.stream(),
                     q,
@@ -707,6 +717,7 @@ impl QRocmStorage {
                     &mut out.as_mut_slice(),
                     dev.index_flag()?,
                     activations,
+                    order.as_mut().map(|o| o.as_mut_slice()).as_mut(),
                 )
                 .map_err(kernel_err(op))?;
                 out

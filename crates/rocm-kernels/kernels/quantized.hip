@@ -1673,9 +1673,12 @@ template <typename Q, int SB> struct qs_stage {
 //     shared memory.
 // QS_SRC_NORM: one row x (plus a residual), rms-normalised by every block before it is rounded
 //     (qs_norm_round, qmatvec_s8n_m1_*).
+// QS_SRC_GATHER: as QS_SRC_X, but activation row r is row extra.xrows[r] of x and output row r
+//     is row extra.yrows[r] of y (qmoe_s8g: the pairs of one expert).
 #define QS_SRC_X 0
 #define QS_SRC_ROUNDED 1
 #define QS_SRC_NORM 2
+#define QS_SRC_GATHER 3
 
 // The one-row (m = 1) products' extra operands. The residual add and rms_norm of a QS_SRC_NORM
 // product's prologue: r the residual (null: the norm of x alone), alpha the norm's weights, sum
@@ -1688,6 +1691,9 @@ template <typename I> struct qs_row_args {
     float eps;
     I* sum;
     const I* add;
+    // QS_SRC_GATHER only: the rows of x and y of the product's m rows.
+    const u32* xrows;
+    const u32* yrows;
 };
 
 // 4 consecutive values (already rounded to I) stored as I, 16-byte aligned for f32, 8 for f16/bf16.
@@ -1893,7 +1899,14 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
             for (int b = 0; b < QS_ROUND_BATCH; ++b) {
                 const u32 g = g0 + b * blockDim.x + threadIdx.x;
                 v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
-                if (g < groups) qi_load4(x + (u64)g * 4, v[b]);
+                if (g < groups) {
+                    if (SRC == QS_SRC_GATHER) {
+                        const u32 r = 4 * g / k;
+                        qi_load4(x + (u64)extra.xrows[r] * k + (4 * g - r * k), v[b]);
+                    } else {
+                        qi_load4(x + (u64)g * 4, v[b]);
+                    }
+                }
             }
 #pragma unroll
             for (int b = 0; b < QS_ROUND_BATCH; ++b) {
@@ -1993,7 +2006,8 @@ __device__ __forceinline__ void qs_matvec(u32 m, u32 n, u32 k, const u8* w, cons
                             I out = rk_from_compute<I>(t);
                             if (MAXM == 1 && extra.add != nullptr)
                                 out = rk_from_compute<I>(rk_to_compute(out) + rk_to_compute(extra.add[cur_row]));
-                            y[(u64)r * n + cur_row] = out;
+                            const u64 yr = SRC == QS_SRC_GATHER ? (u64)extra.yrows[r] : (u64)r;
+                            y[yr * n + cur_row] = out;
                         }
                         acc[r] = 0.0f;
                     }
@@ -2028,6 +2042,63 @@ __device__ __forceinline__ void qs_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u
     qs_matvec<Q, I, SB, DEPTH, 1, QS_SRC_X>(1, n, k, w + (u64)expert * n * row_bytes,
                                             x + ((u64)b * x_rows + (x_rows == 1 ? 0 : t)) * k,
                                             nullptr, nullptr, qs_row_args<I>{}, out);
+}
+
+// qmoe_s8g_{Q}_{I}(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 experts, u32 seg,
+//                  const u32* ids, const u32* order, const u8* w, const I* x, I* y, u32* err)
+//     qmoe_s8's product for many pairs, grouped: order holds the pairs sorted by expert in
+//     segments of `seg` pairs (an arg_sort of ids, row by row: sorted pair q is pair
+//     (q / seg) seg + order[q]); grid row c takes sorted pairs 8c .. 8c + 7 and multiplies each run of
+//     one expert among them (up to 8 rows) with that expert's rows at once, as qmatvec_s8 does
+//     m rows, so a weight block is decoded once for up to 8 pairs. Each pair's row gets the
+//     rounded activations and integer sums of the one-row product. Ids >= experts sort last:
+//     their pairs are recorded in `err` (op code 7) and their outputs are zeros. Dynamic shared
+//     memory as qmatvec_s8's for 8 rows of k.
+template <typename Q, typename I, int SB, int DEPTH>
+__device__ __forceinline__ void qs_moe_grouped(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k,
+                                               u32 experts, u32 seg, const u32* ids,
+                                               const u32* order, const u8* w, const I* x, I* y,
+                                               u32* err) {
+    __shared__ u32 chunk_pair[QK_MAX_M], chunk_expert[QK_MAX_M], xrows[QK_MAX_M], yrows[QK_MAX_M];
+    const u32 first = blockIdx.y * QK_MAX_M;
+    if (first >= pairs) return;
+    const u32 count = min((u32)QK_MAX_M, pairs - first);
+    if (threadIdx.x < count) {
+        const u32 q = first + threadIdx.x;
+        const u32 p = q / seg * seg + order[q];
+        chunk_pair[threadIdx.x] = p;
+        chunk_expert[threadIdx.x] = ids[p];
+    }
+    __syncthreads();
+    const u64 row_bytes = (u64)(k / Q::QK) * Q::BYTES;
+    for (u32 j0 = 0; j0 < count;) {
+        const u32 expert = chunk_expert[j0];
+        u32 j1 = j0 + 1;
+        while (j1 < count && chunk_expert[j1] == expert) ++j1;
+        if (expert >= experts) {
+            for (u32 j = j0; j < j1; ++j) {
+                I* out = y + (u64)chunk_pair[j] * n;
+                if (blockIdx.x == 0 && threadIdx.x == 0) qk_report(err, QK_ERR_MOE, expert, experts);
+                for (u32 c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += gridDim.x * blockDim.x)
+                    out[c] = rk_from_compute<I>(0.0f);
+            }
+        } else {
+            if (threadIdx.x < j1 - j0) {
+                const u32 p = chunk_pair[j0 + threadIdx.x];
+                xrows[threadIdx.x] = (p / topk) * x_rows + (x_rows == 1 ? 0u : p % topk);
+                yrows[threadIdx.x] = p;
+            }
+            __syncthreads();
+            qs_row_args<I> extra{};
+            extra.xrows = xrows;
+            extra.yrows = yrows;
+            qs_matvec<Q, I, SB, DEPTH, QK_MAX_M, QS_SRC_GATHER>(j1 - j0, n, k, w + (u64)expert * n * row_bytes,
+                                                               x, nullptr, nullptr, extra, y);
+        }
+        // The next run reuses the shared memory.
+        __syncthreads();
+        j0 = j1;
+    }
 }
 
 // Blocks per stage: about 2-3 KiB of weights per team (measured on an H100, see quantized.md).
@@ -2089,6 +2160,13 @@ __device__ __forceinline__ void qs_moe(u32 pairs, u32 topk, u32 x_rows, u32 n, u
                                   const u32* ids, const u8* w, const ITYPE* x, ITYPE* y,         \
                                   u32* err) {                                                    \
         qs_moe<QTYPE, ITYPE, SB, DEPTH>(pairs, topk, x_rows, n, k, experts, ids, w, x, y, err);  \
+    }                                                                                            \
+    RK_KERNEL void QS_BOUNDS                                                                     \
+        qmoe_s8g_##QNAME##_##INAME(u32 pairs, u32 topk, u32 x_rows, u32 n, u32 k, u32 experts,   \
+                                   u32 seg, const u32* ids, const u32* order, const u8* w,       \
+                                   const ITYPE* x, ITYPE* y, u32* err) {                         \
+        qs_moe_grouped<QTYPE, ITYPE, SB, DEPTH>(pairs, topk, x_rows, n, k, experts, seg, ids,    \
+                                                order, w, x, y, err);                            \
     }
 #define QS_ALL(QNAME, QTYPE, SB, DEPTH)                                                          \
     QS_MATVEC_KERNEL(QNAME, QTYPE, f32, f32, SB, DEPTH)                                          \

@@ -580,6 +580,110 @@ pub fn moe_takes_int8(stream: &Stream, q: QuantType, k: usize) -> bool {
     int_matvec::matvec_int_staged_fits(stream, q, 1, k)
 }
 
+/// Pairs an expert, on average, from which [`moe`] groups them (fewer leave runs of one pair,
+/// which the grouped kernel takes one after another).
+const MOE_GROUP_PAIRS_PER_EXPERT: usize = 4;
+/// Static shared memory of the grouped kernel (its four index arrays of 8).
+const MOE_GROUP_STATIC_SHARED: usize = 4 * 4 * MATVEC_MAX_ROWS;
+
+/// Whether [`moe`] with [`MoeActivations::Int8`] and an `order` scratch takes `pairs` (token,
+/// slot) pairs over `experts` experts grouped by expert (`qmoe_s8g`: up to 8 pairs of one expert
+/// multiplied at once, a prompt's case): at least 4 pairs an expert on average, a type with the
+/// integer product, and 8 rows of `k` that fit a block's shared memory.
+pub fn moe_groups_pairs(
+    stream: &Stream,
+    q: QuantType,
+    (experts, k): (usize, usize),
+    pairs: usize,
+) -> bool {
+    let limit = stream.device().properties().shared_memory_per_block;
+    pairs >= MOE_GROUP_PAIRS_PER_EXPERT * experts.max(1)
+        && moe_takes_int8(stream, q, k)
+        && int_matvec::matvec_int_staged_shared_bytes(q, MATVEC_MAX_ROWS, k)
+            + MOE_GROUP_STATIC_SHARED
+            <= limit
+}
+
+/// The grouped launch of [`moe`] (shapes checked there): `ids` arg-sorted into `order` row by
+/// row (rows of the sort's longest, a last shorter one apart), then `qmoe_s8g` over chunks of
+/// 8 sorted pairs.
+#[allow(clippy::too_many_arguments)]
+fn moe_grouped<I: KernelDType>(
+    stream: &Stream,
+    q: QuantType,
+    w: &DeviceSlice<'_, u8>,
+    (n, k): (usize, usize),
+    pairs: usize,
+    args: [Arg; 6],
+    ids: &DeviceSlice<'_, u32>,
+    order: &mut DeviceSliceMut<'_, u32>,
+    x: &DeviceSlice<'_, I>,
+    y: &mut DeviceSliceMut<'_, I>,
+    flag_arg: crate::indexing::FlagArg<'_>,
+) -> Result<()> {
+    let op = "indexed_moe_forward (grouped)";
+    if order.len() != pairs {
+        return Err(layout_err(
+            op,
+            format!("the order scratch holds {}, not {pairs}", order.len()),
+        ));
+    }
+    let seg = pairs.min(crate::sort::max_cols::<u32>(stream));
+    let full = pairs / seg * seg;
+    crate::sort::arg_sort::<u32>(
+        stream,
+        ids.slice(..full)?,
+        full / seg,
+        seg,
+        true,
+        &mut order.slice_mut(..full)?,
+    )?;
+    if full < pairs {
+        crate::sort::arg_sort::<u32>(
+            stream,
+            ids.slice(full..)?,
+            1,
+            pairs - full,
+            true,
+            &mut order.slice_mut(full..)?,
+        )?;
+    }
+    let chunks = pairs.div_ceil(MATVEC_MAX_ROWS);
+    let cfg = int_matvec::staged_moe_config(
+        stream,
+        op,
+        q,
+        (MATVEC_MAX_ROWS, n, k),
+        matvec_config(n, chunks)?.grid[1],
+        I::NAME,
+    )?;
+    let f = function(
+        stream,
+        MODULE,
+        &format!("qmoe_s8g_{}_{}", q.name(), I::NAME),
+    )?;
+    let mut builder = f.builder(stream, cfg);
+    for a in args {
+        builder = builder.arg(a);
+    }
+    let builder = builder
+        .arg(u32_arg(op, "segment", seg)?)
+        .arg(*ids)
+        .arg(order.as_slice())
+        .arg(*w)
+        .arg(*x)
+        .arg(&mut *y);
+    // SAFETY: (u32 pairs, topk, x_rows, n, k, experts, seg, const u32* ids, const u32* order,
+    // const u8* w, const I* x, I* y, u32* err): order[0 .. pairs) holds, segment by segment,
+    // indices below the segment's length (the sorts above), so every pair index is below
+    // pairs; ids[0 .. pairs), expert rows below `experts` (out-of-range ids are skipped), x
+    // rows below batch * x_rows and y[0 .. pairs n) are inside their buffers (checked by
+    // `moe`); the shared memory is within the config's `shared` bytes for 8 rows of k plus the
+    // kernel's static arrays (checked by `moe_groups_pairs`); the error record is the flag's.
+    unsafe { builder.arg(flag_arg).launch()? };
+    Ok(())
+}
+
 /// The indexed mixture-of-experts product: `w` holds `(experts, n, k)` weights; `ids` is
 /// `(batch, topk)`, `x` is `(batch, x_rows, k)` with `x_rows` 1 or `topk`; `y` is
 /// `(batch, topk, n)` with row `(b, t) = x[b, x_rows == 1 ? 0 : t] . W[ids[b, t]]^T`. An id of
@@ -602,6 +706,7 @@ pub fn moe<I: KernelDType>(
     y: &mut DeviceSliceMut<'_, I>,
     flag: &IndexErrorFlag,
     activations: MoeActivations,
+    order: Option<&mut DeviceSliceMut<'_, u32>>,
 ) -> Result<()> {
     let op = "indexed_moe_forward";
     check_float::<I>(op, FLOAT_REASON)?;
@@ -662,10 +767,35 @@ pub fn moe<I: KernelDType>(
         u32_arg(op, "experts", experts)?,
     ];
     let flag_arg = flag.arg(op, stream)?;
+    if let Some(order) = order {
+        if activations == MoeActivations::Int8 && moe_groups_pairs(stream, q, (experts, k), pairs) {
+            let args = [
+                u32_arg(op, "pairs", pairs)?,
+                u32_arg(op, "topk", topk)?,
+                u32_arg(op, "x rows", x_rows)?,
+                u32_arg(op, "n", n)?,
+                u32_arg(op, "k", k)?,
+                u32_arg(op, "experts", experts)?,
+            ];
+            return moe_grouped(
+                stream,
+                q,
+                w,
+                (n, k),
+                pairs,
+                args,
+                ids,
+                order,
+                x,
+                y,
+                flag_arg,
+            );
+        }
+    }
     let int8 = activations == MoeActivations::Int8 && moe_takes_int8(stream, q, k);
     let (kernel, cfg) = if int8 {
         let pairs = matvec_config(n, pairs)?.grid[1];
-        let cfg = int_matvec::staged_moe_config(stream, op, q, (n, k), pairs, I::NAME)?;
+        let cfg = int_matvec::staged_moe_config(stream, op, q, (1, n, k), pairs, I::NAME)?;
         (format!("qmoe_s8_{}_{}", q.name(), I::NAME), cfg)
     } else {
         (

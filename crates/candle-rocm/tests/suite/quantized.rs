@@ -1222,8 +1222,9 @@ fn embedding_rows_match_and_out_of_range_ids_are_errors() {
 
 /// The indexed MoE product, both arithmetics: with float activations against the f64 product of
 /// the dequantized weights; with 8-bit activations (the default: the staged one-row product per
-/// (token, slot) pair) against the f64 product of the rounded activations, within f32
-/// summation error, and bit-equal to the one-row product of the same row and expert. Every
+/// (token, slot) pair, or grouped by expert for many pairs) against the f64 product of the
+/// rounded activations, within f32 summation error, and (pairs alone) bit-equal to the one-row
+/// product of the same row and expert; a decode step's 6 pairs and a prompt's 111. Every
 /// integer block type (and Q8K, which takes the float kernel), x rows 1 and topk, f32/f16/bf16,
 /// ids that repeat an expert; an expert id out of range is an error at the next read.
 #[test]
@@ -1231,12 +1232,25 @@ fn embedding_rows_match_and_out_of_range_ids_are_errors() {
 fn indexed_moe_forward_matches_f64_and_reports_bad_expert_ids() {
     let dev = RocmDevice::new(0).expect("opening GPU 0");
     let (experts, n, k) = (4usize, 29usize, 512usize);
-    let (batch, topk) = (3usize, 2usize);
-    for dtype in block_types() {
+    // A decode step's few pairs (each pair alone), and a prompt's many (grouped by expert:
+    // 111 pairs, chunks of 8 that straddle experts, a last partial chunk).
+    let many: Vec<u32> = (0..37 * 3)
+        .map(|i| ((i * 7 + i / 5) % experts) as u32)
+        .collect();
+    let cases = [(3usize, 2usize, vec![2u32, 0, 3, 3, 1, 2]), (37, 3, many)];
+    for (dtype, (batch, topk, ids)) in block_types()
+        .into_iter()
+        .flat_map(|d| cases.iter().cloned().map(move |c| (d, c)))
+    {
         let seed = case_seed(base_seed(), &["qmoe", &format!("{dtype:?}")]);
         let (q, g) = quantized_pair(&dev, dtype, &[experts, n, k], seed);
         let w = tensor_f64(&q.dequantize(&Device::Cpu).unwrap());
-        let ids: Vec<u32> = vec![2, 0, 3, 3, 1, 2];
+        let grouped = rocm_kernels::quantized::moe_groups_pairs(
+            dev.stream(),
+            quant_type(dtype),
+            (experts, k),
+            batch * topk,
+        );
         let ids_s = dev.storage_from_slice(&ids).unwrap();
         let ids_l = Layout::contiguous((batch, topk));
         for kind in [
@@ -1245,9 +1259,14 @@ fn indexed_moe_forward_matches_f64_and_reports_bad_expert_ids() {
         ] {
             dev.set_quantized_matvec(kind);
             let int8 = takes_int_matvec(&dev, dtype, 1);
+            // Pairs grouped by expert (qmoe_s8g), where the 8-bit product takes them.
+            let grouped = grouped && int8;
             for x_rows in [1usize, topk] {
                 for xdtype in [DType::F32, DType::F16, DType::BF16] {
-                    let label = format!("moe {dtype:?} {kind:?} {xdtype:?} x_rows={x_rows}");
+                    let label = format!(
+                        "moe {dtype:?} {kind:?} {xdtype:?} batch={batch} topk={topk} \
+                         x_rows={x_rows} grouped={grouped}"
+                    );
                     let xt = Tensor::from_vec(
                         random_f32(batch * x_rows * k, seed ^ x_rows as u64),
                         (batch, x_rows, k),
@@ -1296,7 +1315,7 @@ fn indexed_moe_forward_matches_f64_and_reports_bad_expert_ids() {
                             "{label}: output {i}: {got} against {want} (bound {bound:.3e})"
                         );
                     }
-                    if int8 && x_rows == topk {
+                    if int8 && x_rows == topk && !grouped {
                         // Each pair's row: the bits of the one-row product with its expert.
                         let data = q.data().unwrap();
                         let expert_bytes = data.len() / experts;
@@ -1324,7 +1343,9 @@ fn indexed_moe_forward_matches_f64_and_reports_bad_expert_ids() {
                     }
                 }
             }
-            let bad = dev.storage_from_slice(&[0u32, 4, 1, 1, 2, 2]).unwrap();
+            let mut bad_ids = ids.clone();
+            bad_ids[1] = experts as u32;
+            let bad = dev.storage_from_slice(&bad_ids).unwrap();
             let xs = dev.storage_from_slice(&random_f32(batch * k, 5)).unwrap();
             let r = g
                 .indexed_moe_forward(

@@ -751,19 +751,20 @@ fn staged_config(
     Ok(cfg)
 }
 
-/// The launch of `qmoe_s8` for `pairs` (token, slot) pairs of one row of `k` activations
-/// times `n` rows of their experts' `q` weights: the staged product's block, with the blocks a
-/// one-row product keeps resident (per multiprocessor, as measured) shared by the pairs, at
-/// least one and at most one team a row per pair; grid (that, pairs).
+/// The launch of `qmoe_s8` (m = 1) and `qmoe_s8g` (m = 8) for `pairs` grid rows (pairs, or
+/// chunks of 8 pairs) of `m` rows of `k` activations times `n` rows of their experts' `q`
+/// weights: the staged product's block, with the blocks a one-row product keeps resident (per
+/// multiprocessor, as measured) shared by the grid rows, at least one and at most one team a
+/// weight row per grid row; grid (that, pairs).
 pub(super) fn staged_moe_config(
     stream: &Stream,
     op: &str,
     q: QuantType,
-    (n, k): (usize, usize),
+    (m, n, k): (usize, usize, usize),
     pairs: u32,
     what: &str,
 ) -> Result<LaunchConfig> {
-    let mut cfg = staged_config(stream, op, q, (1, n, k), what)?;
+    let mut cfg = staged_config(stream, op, q, (m, n, k), what)?;
     let sms = stream.device().properties().multiprocessor_count.max(1) as usize;
     let resident = sms * staged_blocks_per_multiprocessor(q, 1);
     let per_pair = resident
