@@ -769,14 +769,6 @@ pub fn moe<I: KernelDType>(
     let flag_arg = flag.arg(op, stream)?;
     if let Some(order) = order {
         if activations == MoeActivations::Int8 && moe_groups_pairs(stream, q, (experts, k), pairs) {
-            let args = [
-                u32_arg(op, "pairs", pairs)?,
-                u32_arg(op, "topk", topk)?,
-                u32_arg(op, "x rows", x_rows)?,
-                u32_arg(op, "n", n)?,
-                u32_arg(op, "k", k)?,
-                u32_arg(op, "experts", experts)?,
-            ];
             return moe_grouped(
                 stream,
                 q,
