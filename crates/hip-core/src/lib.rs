@@ -80,6 +80,7 @@ pub use memory::{
 };
 pub use module::{Function, Module};
 pub use profile::{
-    launch_profile_start, launch_profile_start_this_thread, launch_profile_stop, KernelProfile,
+    launch_profile_start, launch_profile_start_this_thread, launch_profile_stop,
+    launches_with_prefix, KernelProfile,
 };
 pub use stream::Stream;

@@ -152,6 +152,16 @@ pub fn launch_profile_start_this_thread(timed: bool) {
     }
 }
 
+/// Launches, in `profile`, of the kernels whose names start with `prefix` (a kernel family:
+/// `"qmatvec_s8_"` counts every type and dtype of it).
+pub fn launches_with_prefix(profile: &[KernelProfile], prefix: &str) -> u64 {
+    profile
+        .iter()
+        .filter(|k| k.name.starts_with(prefix))
+        .map(|k| k.launches)
+        .sum()
+}
+
 /// Stops the calling thread's own profile when it has one, else the process-wide one, and
 /// returns the launches by kernel, most GPU time (then most launches) first. A timed profile
 /// waits here for the GPU to finish the profiled launches.

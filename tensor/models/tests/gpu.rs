@@ -55,15 +55,6 @@ fn host_values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Launches of the kernels whose names start with `prefix` in a launch profile.
-fn launches(profile: &[hip_core::KernelProfile], prefix: &str) -> u64 {
-    profile
-        .iter()
-        .filter(|p| p.name.starts_with(prefix))
-        .map(|p| p.launches)
-        .sum()
-}
-
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     let host = |t: &Tensor| {
         t.to_device(&Device::Cpu)
@@ -605,15 +596,7 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
     hip_core::launch_profile_start_this_thread(false);
     let profiled = forward(&gpu, &g_ids, &g_pos, &g_add, &g_keep);
     let profile = hip_core::launch_profile_stop();
-    // Launches of the kernels whose names start with `prefix`.
-    let count = |profile: &[hip_core::KernelProfile], prefix: &str| -> u64 {
-        profile
-            .iter()
-            .filter(|k| k.name.starts_with(prefix))
-            .map(|k| k.launches)
-            .sum()
-    };
-    let launches = |prefix: &str| count(&profile, prefix);
+    let launches = |prefix: &str| hip_core::launches_with_prefix(&profile, prefix);
     let names: Vec<_> = profile.iter().map(|k| (&k.name, k.launches)).collect();
     assert_eq!(
         launches("attn_prefill_"),
@@ -634,7 +617,7 @@ fn bert_encoder_forward_never_waits_for_the_gpu() {
     let composed = forward(&tracked, &g_ids, &g_pos, &g_add, &g_keep);
     let tracked_profile = hip_core::launch_profile_stop();
     assert_eq!(
-        count(&tracked_profile, "attn_prefill_"),
+        hip_core::launches_with_prefix(&tracked_profile, "attn_prefill_"),
         0,
         "tracked weights must keep the composition"
     );
@@ -1204,7 +1187,7 @@ fn kv_cache_appends_keys_and_values_in_one_launch() {
                     "{k_dtype:?}/{v_dtype:?} step {step}: {label} differ from the CPU's"
                 );
             }
-            let count = |prefix: &str| launches(&profile, prefix);
+            let count = |prefix: &str| hip_core::launches_with_prefix(&profile, prefix);
             // Rows that fit the buffer: one launch for both (two where the dtypes differ).
             if fits {
                 let pairs = count("copy2d_pair_");
@@ -1326,7 +1309,7 @@ fn kv_cache_append_with_rope_matches_cpu() {
                 // The rotation and both caches' rows in one launch; a step of one position
                 // that fits the buffer with one sequence (a decode step: the q/k and v views
                 // are contiguous) launches nothing else.
-                let count = |prefix: &str| launches(&profile, prefix);
+                let count = |prefix: &str| hip_core::launches_with_prefix(&profile, prefix);
                 let fused = count(if interleaved {
                     "rope_i_kv_"
                 } else {

@@ -134,15 +134,6 @@ impl Forced {
     }
 }
 
-/// Launches of kernels whose names start with `prefix` in a launch profile.
-fn launches(profile: &[hip_core::KernelProfile], prefix: &str) -> u64 {
-    profile
-        .iter()
-        .filter(|p| p.name.starts_with(prefix))
-        .map(|p| p.launches)
-        .sum()
-}
-
 /// The GGML block types of the random models (every quantized type Candle writes to GGUF).
 const BLOCK_TYPES: [GgmlDType; 10] = [
     GgmlDType::Q4_0,
@@ -327,7 +318,10 @@ fn random_qwen3_moe_gguf_matches_the_cpu_for_every_block_type() {
             let profile = hip_core::launch_profile_stop();
             assert!(logits_f32(&logits).iter().all(|v| v.is_finite()));
             assert_eq!(
-                (launches(&profile, "qmoe_"), launches(&profile, "qmoe_s8_")),
+                (
+                    hip_core::launches_with_prefix(&profile, "qmoe_"),
+                    hip_core::launches_with_prefix(&profile, "qmoe_s8_")
+                ),
                 (3 * cfg.num_layers as u64, 3 * cfg.num_layers as u64),
                 "qwen3moe {dtype:?}: launches {profile:?}"
             );
@@ -406,15 +400,15 @@ fn decode_attention_is_fused_where_sdpa_has_the_head_dim() {
         let logits = gpu.forward(&x, prompt.len() + 6).unwrap();
         let profile = hip_core::launch_profile_stop();
         logits_f32(&logits);
-        let decode = launches(&profile, "attn_decode_");
-        let softmax = launches(&profile, "softmax_");
+        let decode = hip_core::launches_with_prefix(&profile, "attn_decode_");
+        let softmax = hip_core::launches_with_prefix(&profile, "softmax_");
         // Each matrix-vector product is one launch that rounds its activations itself, and on
         // ext devices the q, k and v projections are one weight, gate and up another (qkv, o,
         // gate-up and down per layer, then the output layer): no rounding launches. The
         // residual add and the norm before the q/k/v, gate/up and output products are done by
         // those products (`qmatvec_s8n_m1_*`; the first layer's norm has no residual), and the
         // down product reads the row its swiglu rounded (`qmatvec_s8r_m1_*`).
-        let count = |prefix: &str| launches(&profile, prefix);
+        let count = |prefix: &str| hip_core::launches_with_prefix(&profile, prefix);
         let layers = cfg.num_layers as u64;
         assert_eq!(
             (
